@@ -29,6 +29,7 @@ from ray.exceptions import (
 from actors.options import (
     CONTROLLER_NAME,
     NAMESPACE,
+    group_coordinator_name,
 )
 from storage.errors import (
     AnswerLostError,
@@ -136,21 +137,23 @@ def controller() -> Any:
     return get_actor(CONTROLLER_NAME)
 
 
-class CachedController:
-    """The controller's handle, looked up once for a process's many callers: each `controller()` is a round trip
-    to Ray's GCS and a new handle (a partition host opening thousands of partitions spent most of its CPU there).
-    A call that finds the controller unavailable (`BrokerNotAvailableError`: restarting, or replaced by another
-    under its name) forgets the handle, so the next call looks the controller up again."""
+class CachedActor:
+    """A named actor's handle, looked up once for a process's many callers: each `get_actor` is a round trip to
+    Ray's GCS and a new handle (a partition host opening thousands of partitions spent most of its CPU asking for
+    the controller; a share-partition's leader asked for the group coordinator at each acknowledgement's state
+    write). A call that finds the actor unavailable (`BrokerNotAvailableError`: restarting, or replaced by another
+    under its name) forgets the handle, so the next call looks the actor up again."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str) -> None:
+        self._name = name
         self._lock = threading.Lock()
         self._handle: Any = None
 
     def call(self, method: str, *args: Any, timeout_s: float | None = None) -> Any:
-        """`call` of the controller's `method` with `args`."""
+        """`call` of the actor's `method` with `args`."""
         with self._lock:
             if self._handle is None:
-                self._handle = controller()
+                self._handle = get_actor(self._name)
             handle = self._handle
         try:
             return call(getattr(handle, method).remote(*args), timeout_s=timeout_s)
@@ -162,7 +165,9 @@ class CachedController:
 
 
 # The process's controller handle, for callers that ask it once per partition (a host's replicas).
-SHARED_CONTROLLER = CachedController()
+SHARED_CONTROLLER = CachedActor(CONTROLLER_NAME)
+# The process's group coordinator handle, for the share-partitions' state writes of a host's leaders.
+SHARED_GROUP_COORDINATOR = CachedActor(group_coordinator_name())
 
 
 def this_node_id() -> str:

@@ -1,5 +1,6 @@
 """A partition actor's share-partition states on Ray: the `ShareStatePersister` its leader's `LeaderShares` writes
-through, each read and write a Ray call to the group coordinator actor, which holds the cluster's one
+through, each read and write a Ray call to the group coordinator actor (its handle looked up once a process,
+`SHARED_GROUP_COORDINATOR`), which holds the cluster's one
 `ShareStateStore` over `__share_group_state` (`actors.server.group_coordinator_actor`), as Kafka's partition leaders
 call the share coordinator. One writer per state partition keeps the store's cache and its leader-epoch fencing
 right when a partition's leader moves to another node: the new leader's first read fences the old one.
@@ -16,9 +17,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 
-from actors.calls import call, controller, get_actor
+from actors.calls import SHARED_GROUP_COORDINATOR, call, controller
 from actors.core.shares.dead_letters import DeadLetterBatch, PartitionDeadLetters
-from actors.options import group_coordinator_name
 from storage.records.share_group_state import ShareGroupState, SharePartitionKey
 
 
@@ -33,13 +33,13 @@ class RayPartitionStates:
         self._topic_id: uuid.UUID | None = None
 
     def read_state(self, group_id: str) -> ShareGroupState:
-        coordinator = get_actor(group_coordinator_name())
-        state: ShareGroupState = call(coordinator.read_share_state.remote(self._key(group_id), self._leader_epoch()))
+        state: ShareGroupState = SHARED_GROUP_COORDINATOR.call(
+            "read_share_state", self._key(group_id), self._leader_epoch()
+        )
         return state
 
     def write_state(self, group_id: str, state: ShareGroupState) -> None:
-        coordinator = get_actor(group_coordinator_name())
-        call(coordinator.write_share_state.remote(self._key(group_id), state, self._leader_epoch()))
+        SHARED_GROUP_COORDINATOR.call("write_share_state", self._key(group_id), state, self._leader_epoch())
 
     def _key(self, group_id: str) -> SharePartitionKey:
         if self._topic_id is None:
@@ -51,6 +51,6 @@ def ray_dead_letters(topic: str, partition: int) -> PartitionDeadLetters:
     """The partition's `DeadLetterWriter`: its dead letters written by the group coordinator actor."""
 
     def write(batch: DeadLetterBatch) -> None:
-        call(get_actor(group_coordinator_name()).write_dead_letters.remote(batch))
+        SHARED_GROUP_COORDINATOR.call("write_dead_letters", batch)
 
     return PartitionDeadLetters(write, topic, partition)
