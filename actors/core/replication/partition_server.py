@@ -233,9 +233,11 @@ class PartitionServer:
         renew: bool = False,
     ) -> None:
         """`member_id`'s acknowledgements of records it acquired here, all or none (`LeaderShares.acknowledge`; RENEW
-        among them only with `renew`), counted by type once applied."""
-        self.shares.acknowledge(group_id, member_id, config, self._share_position(), batches, renew)
-        self.changes.wake()
+        among them only with `renew`), counted by type once applied. Waiting ShareFetches are woken as soon as they
+        are applied, not once their state is durable (`LeaderShares.acknowledge`'s `on_applied`)."""
+        self.shares.acknowledge(
+            group_id, member_id, config, self._share_position(), batches, renew, on_applied=self.changes.wake
+        )
         self._metrics.share_acknowledged(records_by_type(batches))
 
     def share_release(self, group_id: str, member_id: str) -> None:

@@ -238,11 +238,17 @@ class LeaderShares:
         log: LogPosition,
         batches: Sequence[AcknowledgementBatch],
         renew: bool = False,
+        on_applied: Callable[[], None] | None = None,
     ) -> None:
         """Applies `member_id`'s acknowledgements, all or none (`SharePartition.acknowledge`'s errors), RENEW among
-        them only with `renew`."""
+        them only with `renew`. `on_applied` runs once they are applied, under the lock and before their state is
+        written: a ShareFetch it wakes acquires the records the acknowledgements let it take as soon as the lock is
+        released for the write, since an acquisition of new records writes nothing, so the next member's records
+        go out while this member's state is written."""
         with self._persisted(group_id, log):
             self._share_partition(group_id, config, log).acknowledge(member_id, batches, renew)
+            if on_applied is not None:
+                on_applied()
 
     def release(self, group_id: str, member_id: str, leader_epoch: int, log: LogPosition | None = None) -> None:
         """Releases every record `member_id` holds in the group's share-partition, if it has one (in the leader epoch

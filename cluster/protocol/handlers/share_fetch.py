@@ -9,17 +9,21 @@ INVALID_SHARE_SESSION_EPOCH, INVALID_REQUEST) is the answer's top-level error an
 - the acknowledgements it carries are applied per partition at the partition's leader
   (`BrokerView.share_acknowledge`, all or none per partition): a partition's outcome is its `acknowledge_error_code`
   in a ShareFetch, its `error_code` in a ShareAcknowledge (INVALID_RECORD_STATE for records the member does not
-  hold, INVALID_REQUEST for malformed batches or unknown acknowledge types, Kafka's checks). A ShareFetch that is
-  not final acquires while its acknowledgements are written, as Kafka's `KafkaApis` runs both at once and answers
-  when both are done: an acknowledgement's durable write does not hold the fetch back;
+  hold, INVALID_REQUEST for malformed batches or unknown acknowledge types, Kafka's checks). In a session of one
+  partition a ShareFetch that is not final sends them with the acquisition's call to the leader, which applies them
+  first (records they release may be acquired by the same fetch, as on Kafka) and then acquires: one call where two
+  cost more of a 2-core machine's CPU than the state write they let overlap (`docs/performance.md`). A session of
+  several sends them in calls of their own while it acquires, as Kafka's `KafkaApis` writes their state meanwhile;
+  either way the answer comes once both are done;
 - a final request (epoch -1) then releases every record the member holds in its session's partitions and forgets the
   session;
 - any other ShareFetch acquires records for the member from each partition of its session (`BrokerView.share_fetch`),
   `max_records` for the whole request (a soft limit: whole batches; a hard one in the record-limit acquire mode,
   ShareFetch v2's `ShareAcquireMode` 1, `SharePartition.acquire`) and `max_bytes` a partition. When nothing is
   acquired it waits up to `max_wait`, as Kafka's delayed share fetch waits: a session of one partition at the
-  partition's leader, which answers as soon as an append, an acknowledgement or a release lets it acquire records
-  (`PartitionServer.share_fetch`); a session of several looks again every `POLL_INTERVAL_S`.
+  partition's leader, in the same call, which answers at once what it can acquire and otherwise as soon as an
+  append, an acknowledgement or a release lets it acquire records (`PartitionServer.share_fetch`); a session of
+  several looks again every `POLL_INTERVAL_S`.
 
 Each request counts in Kafka's BrokerTopicMetrics share meters (`BrokerMetrics.share_requested`): a topic whose
 records it acknowledged, and for a ShareFetch that is not final a topic of its session, once each, as failed too if a
@@ -245,8 +249,8 @@ class ShareFetchHandler(_ShareHandler):
         names = await self._readable(request, {t for t, _ in [*context.partitions, *acks]})
         outcomes: dict[SharePartitionKey, _Outcome] = {key: _Outcome() for key in acks}
 
-        async def acknowledged() -> None:
-            for key, batches in acks.items():
+        async def acknowledged(which: dict[SharePartitionKey, list[AcknowledgementBatch]]) -> None:
+            for key, batches in which.items():
                 topic = names[key[0]]
                 if isinstance(topic, ErrorCode):
                     outcomes[key].acknowledge_error = topic
@@ -254,18 +258,20 @@ class ShareFetchHandler(_ShareHandler):
                 outcomes[key].acknowledge_error, outcomes[key].acknowledge_message = await self._acknowledge(
                     group_id, member_id, settings, topic, key[1], batches, renew
                 )
-            self._count(True, names, [(key, outcomes[key].acknowledge_error or ErrorCode.none) for key in acks])
 
         if context.final:
-            await acknowledged()
+            await acknowledged(acks)
             await self._close(group_id, member_id, names)
         elif renew:
-            await acknowledged()
+            await acknowledged(acks)
         else:
+            carried = _carried(context, acks, names)
             await asyncio.gather(
-                acknowledged(), self._acquire(group_id, member_id, settings, context, names, outcomes, body)
+                acknowledged({key: batches for key, batches in acks.items() if key not in carried}),
+                self._acquire(group_id, member_id, settings, context, names, outcomes, body, carried),
             )
             self._count(False, names, [(key, outcomes[key].error) for key in context.partitions if key in outcomes])
+        self._count(True, names, [(key, outcomes[key].acknowledge_error or ErrorCode.none) for key in acks])
         return answer(ErrorCode.none, None, settings.record_lock_duration_ms, _responses(context, outcomes))
 
     async def _acquire(
@@ -277,13 +283,18 @@ class ShareFetchHandler(_ShareHandler):
         names: Mapping[uuid.UUID, str | ErrorCode],
         outcomes: dict[SharePartitionKey, _Outcome],
         body: Any,
+        carried: dict[SharePartitionKey, list[AcknowledgementBatch]],
     ) -> None:
         """Acquires records from the session's partitions into `outcomes`, waiting up to `max_wait` for some: a
-        session of one partition at its leader, one of several looking again every `POLL_INTERVAL_S`."""
+        session of one partition at its leader, in one call (the leader answers at once what it can acquire), one of
+        several looking again every `POLL_INTERVAL_S`. The `carried` acknowledgements go with their partition's first
+        call, their outcome into `outcomes`."""
         deadline = time.monotonic() + milliseconds(body.max_wait) / 1000
         remaining = max(body.max_records, 1)
         record_limit = getattr(body, "share_acquire_mode", BATCH_OPTIMIZED_MODE) == RECORD_LIMIT_MODE
         wait_ms = 0
+        if len(context.partitions) == 1:
+            wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
         while True:
             for key in context.partitions:
                 topic = names.get(key[0], ErrorCode.unknown_topic_id)
@@ -304,6 +315,7 @@ class ShareFetchHandler(_ShareHandler):
                     remaining,
                     wait_ms,
                     record_limit,
+                    carried.pop(key, None),
                 )
             done = any(outcome.acquired or outcome.error != ErrorCode.none for outcome in outcomes.values())
             if done or wait_ms > 0 or time.monotonic() + POLL_INTERVAL_S > deadline:
@@ -325,21 +337,50 @@ class ShareFetchHandler(_ShareHandler):
         max_records: int,
         max_wait_ms: int,
         record_limit: bool,
+        acknowledgements: list[AcknowledgementBatch] | None,
     ) -> int:
         """One partition's acquisition at its leader (waiting there up to `max_wait_ms` for records) into `outcome`:
-        its records, or its error; the count of records acquired (at most `max_records` with `record_limit`, the
-        record-limit acquire mode)."""
+        its records, or its error, and the outcome of the `acknowledgements` it carried; the count of records
+        acquired (at most `max_records` with `record_limit`, the record-limit acquire mode)."""
         try:
             fetched = await self._view.share_fetch(
-                topic, partition, group_id, member_id, settings, max_bytes, max_records, max_wait_ms, record_limit
+                topic,
+                partition,
+                group_id,
+                member_id,
+                settings,
+                max_bytes,
+                max_records,
+                max_wait_ms,
+                record_limit,
+                acknowledgements,
             )
         except RaybrokerError as exc:
             outcome.error = share_partition_error_code(exc)
+            if acknowledgements is not None:
+                outcome.acknowledge_error, outcome.acknowledge_message = outcome.error, str(exc)
             return 0
+        if acknowledgements is not None:
+            refused = fetched.acknowledge_error
+            outcome.acknowledge_error = ErrorCode.none if refused is None else share_partition_error_code(refused)
+            outcome.acknowledge_message = None if refused is None else str(refused)
         if fetched.acquired:
             outcome.records = fetched.records
             outcome.acquired = list(fetched.acquired)
         return sum(r.last_offset - r.first_offset + 1 for r in fetched.acquired)
+
+
+def _carried(
+    context: SessionContext,
+    acks: dict[SharePartitionKey, list[AcknowledgementBatch]],
+    names: Mapping[uuid.UUID, str | ErrorCode],
+) -> dict[SharePartitionKey, list[AcknowledgementBatch]]:
+    """The acknowledgements that go with the acquisition's call: those of a session's only partition, whose topic
+    may be read (one call to the leader instead of two; it applies them before it acquires)."""
+    if len(context.partitions) != 1:
+        return {}
+    (key,) = context.partitions
+    return {key: acks[key]} if key in acks and isinstance(names.get(key[0]), str) else {}
 
 
 class ShareAcknowledgeHandler(_ShareHandler):

@@ -519,10 +519,12 @@ class BrokerView:
         max_records: int,
         max_wait_ms: int = 0,
         record_limit: bool = False,
+        acknowledgements: list[AcknowledgementBatch] | None = None,
     ) -> ShareFetched:
         """Records of the partition acquired for a share group's member by the partition's leader, which holds the
         group's share-partition, waiting there up to `max_wait_ms` when there are none, at most `max_records` with
-        `record_limit` (`PartitionServer.share_fetch`)."""
+        `record_limit`, the member's `acknowledgements` of the partition applied in the same call
+        (`PartitionServer.share_fetch`)."""
         return await self._partitions.call(
             topic,
             partition,
@@ -534,6 +536,7 @@ class BrokerView:
             max_records,
             max_wait_ms,
             record_limit,
+            acknowledgements,
         )
 
     async def share_acknowledge(

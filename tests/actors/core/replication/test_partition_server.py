@@ -27,6 +27,7 @@ from actors.core.shares.leader_shares import ShareFetched
 from storage.clock import MockClock
 from storage.errors import BrokerNotAvailableError, InvalidRecordStateError, NotLeaderOrFollowerError
 from storage.records.layout import ControlRecordType
+from storage.records.share_group_state import ShareGroupState
 from tests.storage.builders import START_MS, batch_bytes, open_log, simple_records
 
 TOPIC, PARTITION = "t", 0
@@ -195,6 +196,66 @@ def test_a_share_fetch_that_finds_every_record_locked_waits_until_an_acknowledge
     waiting.join(WAIT_MS / 1000)
     assert [(r.first_offset, r.last_offset) for r in answered[0].acquired] == [(0, 4)]
     assert time.monotonic() - started < WAIT_MS / 1000 / 2
+
+
+class _GatedStates:
+    """Durable share-partition states by group whose writes wait at `gate` once `held` is set (a slow state write:
+    a Ray call and an acks=all append on Ray)."""
+
+    def __init__(self) -> None:
+        self.states: dict[str, ShareGroupState] = {}
+        self.held = threading.Event()
+        self.gate = threading.Event()
+
+    def read_state(self, group_id: str) -> ShareGroupState:
+        return self.states.get(group_id, ShareGroupState())
+
+    def write_state(self, group_id: str, state: ShareGroupState) -> None:
+        if self.held.is_set():
+            assert self.gate.wait(WAIT_MS / 1000)
+        self.states[group_id] = state
+
+
+def test_a_waiting_share_fetch_takes_what_an_acknowledgement_frees_before_its_state_is_durable(
+    tmp_path: Path, metrics: Produced
+) -> None:
+    """An acknowledgement wakes the ShareFetches waiting at the leader once it is applied, not once its state is
+    written: another member acquires the records it let through (new records, whose acquisition writes nothing)
+    while the acknowledging call still waits for its write, and that call answers once the write is durable."""
+    log = open_log(tmp_path / f"{TOPIC}-{PARTITION}", MockClock(START_MS))
+    log.become_leader()
+    changes = LogChanges()
+    replica = Replica(log, "a", ReplicaSettings(), changes)
+    states = _GatedStates()
+    server = PartitionServer(log, replica, changes, topic=TOPIC, metrics=metrics, share_states=states)
+    config = ResolvedShareConfig(auto_offset_reset=EARLIEST, max_record_locks=5)
+    try:
+        server.append(records(5))
+        held = server.share_fetch("g", "a", config, 1 << 20, 100)
+        assert [(r.first_offset, r.last_offset) for r in held.acquired] == [(0, 4)]
+        server.append(records(5))
+        answered: list[ShareFetched] = []
+        waiting = threading.Thread(
+            target=lambda: answered.append(server.share_fetch("g", "b", config, 1 << 20, 100, max_wait_ms=WAIT_MS))
+        )
+        waiting.start()
+        states.held.set()
+        accept = [AcknowledgementBatch(0, 4, (AcknowledgeType.ACCEPT,))]
+        acknowledging = threading.Thread(target=server.share_acknowledge, args=("g", "a", config, accept))
+        acknowledging.start()
+        waiting.join(WAIT_MS / 1000 / 2)
+        assert answered, "the waiting fetch was not answered while the acknowledgement's state was being written"
+        assert [(r.first_offset, r.last_offset) for r in answered[0].acquired] == [(5, 9)]
+        assert acknowledging.is_alive()
+        assert states.states["g"].start_offset == 0
+        states.gate.set()
+        acknowledging.join(WAIT_MS / 1000)
+        assert not acknowledging.is_alive()
+        assert states.states["g"].start_offset == 5
+    finally:
+        states.gate.set()
+        replica.stop(BrokerNotAvailableError("closed"))
+        log.close()
 
 
 def test_a_share_fetch_applies_the_acknowledgements_it_carries_before_it_acquires(server: PartitionServer) -> None:
