@@ -29,10 +29,9 @@
   controller actor: `describe` agrees on `metadata.version` (3.9-IV0, the level Kafka 3.9.1 finalizes; Kafka also
   lists `kraft.version`, which raybroker has not, and raybroker `transaction.version` 0-2, `group.version` 0-1 and
   `share.version` 0-1, finalized at 2, 1 and 1 as on Kafka 4.2, which Kafka 3.9 does not list), an unknown feature is
-  refused alike
-  (raybroker's message begins with Kafka 4's "The update failed for all features ..."), and a downgrade of
-  `transaction.version` to 0 is answered alike and moves raybroker's epoch at once (raybroker's is set back to 2, a new
-  cluster's level, afterwards). Kafka 4.2, which supports `transaction.version` 2 as raybroker does where Kafka 3.9
+  refused alike (raybroker's message begins with Kafka 4's "The update failed for all features ..."), and a downgrade
+  of `transaction.version` to 0 is answered alike and moves raybroker's epoch at once (raybroker's is set back to 2, a
+  new cluster's level, afterwards). Kafka 4.2, which supports `transaction.version` 2 as raybroker does where Kafka 3.9
   does not, is the oracle of the features' other rules in `test_features.py`.
 - kafka-leader-election.sh (ElectLeaders) on one broker: preferred and unclean elections that are not needed, an
   election of every partition, an unknown topic and an unknown partition. Elections that move a leader need
