@@ -56,6 +56,7 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "bench_replication": ("produce_rf3", "txn_produce_rf3"),
     "bench_replication_kafka": ("produce_rf3_kafka",),
     "bench_failover": ("failover_s", "failover_pause_s"),
+    "bench_head_loss": ("head_loss_stall_s",),
     "bench_reassign": ("reassign_mb_s", "reassign_produce_p99"),
     "bench_omb": ("omb_throughput", "omb_throughput_16p", "omb_e2e_p99", "omb_exactly_once"),
     "bench_iceberg": ("iceberg_translate", "iceberg_lag_p99", "iceberg_scan"),

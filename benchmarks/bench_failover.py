@@ -121,7 +121,7 @@ class Failover:
 
 
 @dataclass
-class _Writer:
+class Writer:
     """The producer (see the module docstring), run by `run` on a thread until `stopped`, then flushed. `acked` is
     (monotonic time, sequence number, offset) in order of acknowledgement, `failed` (time, sequence number, error)
     for each send librdkafka gave up on."""
@@ -232,9 +232,9 @@ def _kafka_failover(ctx: BenchContext, kafka: KafkaCluster, how: str) -> Failove
     """One failover on a new topic, of a partition led by a broker other than the active KRaft controller (when
     the controller leads every partition, of one it leads)."""
     bootstrap = kafka.bootstrap_servers
-    topic = _create_topic(bootstrap, how, lambda name: _kafka_isr_whole(bootstrap, name))
-    controller = _kafka_controller(kafka)
-    leaders = _wait_for(lambda: _kafka_leaders(bootstrap, topic), CLIENT_TIMEOUT_S, f"{topic}'s leaders")
+    topic = create_topic(bootstrap, how, lambda name: isr_whole(bootstrap, name))
+    controller = kafka_controller(kafka)
+    leaders = wait_for(lambda: _kafka_leaders(bootstrap, topic), CLIENT_TIMEOUT_S, f"{topic}'s leaders")
     partition = next((p for p, leader in enumerate(leaders) if leader != controller), 0)
     leader = leaders[partition]
     node = next(node for node in kafka.nodes if node.node_id == leader)
@@ -253,14 +253,14 @@ def _kafka_fault(how: str, process: Any, others: str, topic: str, partition: int
     """The fault of the broker `leader` (its JVM `process`), its partition's metadata asked of the `others`."""
 
     def current() -> int | None:
-        found = _kafka_partition(others, topic, partition)
+        found = partition_metadata(others, topic, partition)
         return None if found is None or found.leader < 0 else int(found.leader)
 
     if how == "kill":
         return Fault(lambda: process.send_signal(signal.SIGKILL), current)
 
     def rejoined() -> bool:
-        found = _kafka_partition(others, topic, partition)
+        found = partition_metadata(others, topic, partition)
         return found is not None and leader in found.isrs
 
     return Fault(
@@ -271,7 +271,7 @@ def _kafka_fault(how: str, process: Any, others: str, topic: str, partition: int
     )
 
 
-def _kafka_partition(bootstrap: str, topic: str, partition: int) -> Any:
+def partition_metadata(bootstrap: str, topic: str, partition: int) -> Any:
     """The partition's metadata (leader, ISR) as one of the `bootstrap` brokers answers it now, None without an
     answer within `METADATA_TIMEOUT_S`. A new client each time: a client's metadata request may go to any broker it
     knows, and one sent to a paused broker waits for librdkafka's `socket.timeout.ms` (60 s), blocking the next."""
@@ -290,16 +290,16 @@ def _kafka_partition(bootstrap: str, topic: str, partition: int) -> Any:
 
 def _kafka_leaders(bootstrap: str, topic: str) -> list[int] | None:
     """Each partition's leader (broker id), None while one has none or the metadata does not answer."""
-    found = [_kafka_partition(bootstrap, topic, partition) for partition in range(PARTITIONS)]
+    found = [partition_metadata(bootstrap, topic, partition) for partition in range(PARTITIONS)]
     return None if any(p is None or p.leader < 0 for p in found) else [int(p.leader) for p in found]
 
 
-def _kafka_isr_whole(bootstrap: str, topic: str) -> bool:
-    found = [_kafka_partition(bootstrap, topic, partition) for partition in range(PARTITIONS)]
+def isr_whole(bootstrap: str, topic: str) -> bool:
+    found = [partition_metadata(bootstrap, topic, partition) for partition in range(PARTITIONS)]
     return all(p is not None and p.leader >= 0 and len(p.isrs) == REPLICATION_FACTOR for p in found)
 
 
-def _kafka_controller(kafka: KafkaCluster) -> int:
+def kafka_controller(kafka: KafkaCluster) -> int:
     """The active KRaft controller: the quorum leader of the highest epoch in the nodes' `quorum-state` files
     (Metadata's controller id is any broker in KRaft mode)."""
     best = (-1, -1)
@@ -320,7 +320,7 @@ def _raybroker_failovers(ctx: BenchContext) -> dict[str, Failover]:
         bootstrap = _head_listener(nodes)
         ctx.progress(f"  a Kafka listener on the head: {bootstrap}")
         for how in ("pause", "kill"):
-            topic = _create_topic(bootstrap, how, _raybroker_isr_whole)
+            topic = create_topic(bootstrap, how, _raybroker_isr_whole)
             led = [(p, state.leader) for p, state in sorted(states(topic).items()) if state.leader in nodes.workers]
             if not led:
                 raise RuntimeError(f"the head leads every partition of {topic}: no worker to take away")
@@ -387,7 +387,7 @@ def _registered_brokers() -> list[str]:
 # --- both sides -------------------------------------------------------------------------------------------------
 
 
-def _create_topic(bootstrap: str, how: str, whole: Callable[[str], bool]) -> str:
+def create_topic(bootstrap: str, how: str, whole: Callable[[str], bool]) -> str:
     """A new topic (see the module docstring) created by confluent-kafka's AdminClient; answers once `whole` says
     every replica of every partition is in sync. librdkafka drops its bootstrap connections once it has learned the
     brokers, failing a request still waiting on one with _DESTROY_BROKER: the create is sent again then (a create
@@ -408,18 +408,18 @@ def _create_topic(bootstrap: str, how: str, whole: Callable[[str], bool]) -> str
                 break
             if code != KafkaError._DESTROY_BROKER or attempt == CREATE_ATTEMPTS - 1:
                 raise
-    _wait_for(lambda: whole(name), CLIENT_TIMEOUT_S, f"{name}: every replica in sync")
+    wait_for(lambda: whole(name), CLIENT_TIMEOUT_S, f"{name}: every replica in sync")
     return name
 
 
-def _wait_for(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    found = _within(condition, time.monotonic() + timeout_s)
+def wait_for(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    found = within(condition, time.monotonic() + timeout_s)
     if not found:
         raise RuntimeError(f"{what} not reached within {timeout_s:.0f} s")
     return found
 
 
-def _within(condition: Callable[[], Any], deadline: float) -> Any:
+def within(condition: Callable[[], Any], deadline: float) -> Any:
     """What `condition` answered once truthy (asked every `METADATA_POLL_S`), or its last answer at `deadline`."""
     while True:
         found = condition()
@@ -439,13 +439,13 @@ def _measure(
     where: str,
 ) -> Failover:
     """One failover of `topic`-`partition` (see the module docstring), its acknowledged writes read back."""
-    writer = _Writer(bootstrap, topic, partition)
+    writer = Writer(bootstrap, topic, partition)
     thread = threading.Thread(target=writer.run, name=f"failover-writer-{side}", daemon=True)
     thread.start()
     resumed_at: float | None = None
     rejoined_at: float | None = None
     try:
-        _wait_for(lambda: len(writer.acked) >= WARM_ACKS or writer.error, FAILOVER_TIMEOUT_S, "the first writes")
+        wait_for(lambda: len(writer.acked) >= WARM_ACKS or writer.error, FAILOVER_TIMEOUT_S, "the first writes")
         if writer.error is not None:
             raise RuntimeError(f"the {side} writer failed before the fault: {writer.error!r}")
         faulted_at = time.monotonic()
@@ -453,25 +453,25 @@ def _measure(
         # A record produced from here on can be written by a new leader only (a paused one reads nothing; the one
         # being produced now is skipped).
         unsent = writer.sent + 1
-        new_leader = _wait_for(
+        new_leader = wait_for(
             lambda: (found := fault.leader()) not in (None, old_leader) and found, FAILOVER_TIMEOUT_S, "a new leader"
         )
         named_at = time.monotonic()
         limit = faulted_at + (PAUSE_MAX_S if fault.resume is not None else FAILOVER_TIMEOUT_S)
-        first = _within(lambda: writer.first_ack_from(unsent) or writer.error, limit)
+        first = within(lambda: writer.first_ack_from(unsent) or writer.error, limit)
         if fault.resume is not None:
             fault.resume()
             resumed_at = time.monotonic()
-            first = first or _wait_for(
+            first = first or wait_for(
                 lambda: writer.first_ack_from(unsent) or writer.error, FAILOVER_TIMEOUT_S, "a write after resuming"
             )
             rejoined = fault.rejoined
-            if rejoined is not None and _within(rejoined, resumed_at + REJOIN_TIMEOUT_S):
+            if rejoined is not None and within(rejoined, resumed_at + REJOIN_TIMEOUT_S):
                 rejoined_at = time.monotonic()
         if not first or writer.error is not None:
             raise RuntimeError(f"no {side} write acknowledged after the new leader was named: {writer.error!r}")
         count = len(writer.acked)
-        _wait_for(lambda: len(writer.acked) >= count + TAIL_ACKS or writer.error, FAILOVER_TIMEOUT_S, "later writes")
+        wait_for(lambda: len(writer.acked) >= count + TAIL_ACKS or writer.error, FAILOVER_TIMEOUT_S, "later writes")
     finally:
         if fault.resume is not None and resumed_at is None:
             fault.resume()
@@ -483,7 +483,7 @@ def _measure(
         ctx,
         side,
         writer,
-        _read_back(bootstrap, topic, partition),
+        read_back(bootstrap, topic, partition),
         faulted_at,
         named_at,
         new_leader,
@@ -493,7 +493,7 @@ def _measure(
     )
 
 
-def _read_back(bootstrap: str, topic: str, partition: int) -> list[tuple[int, int, int]]:
+def read_back(bootstrap: str, topic: str, partition: int) -> list[tuple[int, int, int]]:
     """(offset, sequence number, batch leader epoch) of every record of the partition, read by a consumer from its
     leader up to the high watermark."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -532,7 +532,7 @@ def _read_back(bootstrap: str, topic: str, partition: int) -> list[tuple[int, in
 def _judge(
     ctx: BenchContext,
     side: str,
-    writer: _Writer,
+    writer: Writer,
     records: list[tuple[int, int, int]],
     faulted_at: float,
     named_at: float,
@@ -593,7 +593,7 @@ def _judge(
     return Failover(seconds, intact, resumed_at is None or rejoined_at is not None, text)
 
 
-def _failures(writer: _Writer, faulted_at: float) -> str:
+def _failures(writer: Writer, faulted_at: float) -> str:
     """The sends librdkafka gave up on, by error, with when they failed after the fault."""
     if not writer.failed:
         return "no send failed"

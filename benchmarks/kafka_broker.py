@@ -324,7 +324,8 @@ class KafkaQuorum:
     `start` waits until an AdminClient's metadata lists every broker; `stop` sends SIGTERM to every node at once
     (so they shut down side by side rather than each waiting for a quorum that is leaving), waits for each (SIGKILL
     after `STOP_TIMEOUT_S`), and removes the folder. `add_broker` starts one more node, a broker alone, while it
-    runs. `KafkaBroker` is one node, `benchmarks.kafka_cluster`'s `KafkaCluster` three.
+    runs; `restart` starts a lost node again. `KafkaBroker` is one node, `benchmarks.kafka_cluster`'s
+    `KafkaCluster` three.
     """
 
     def __init__(self, brokers: int, properties: dict[str, str], version: str = KAFKA_VERSION) -> None:
@@ -391,6 +392,12 @@ class KafkaQuorum:
         wait_until_answering(self.bootstrap_servers, self.nodes)
         progress(f"Kafka broker {node_id} joined on 127.0.0.1:{port}")
         return self.bootstrap_servers
+
+    def restart(self, node: KafkaNode) -> None:
+        """Starts `node` again on its folder after its process was lost (a machine back with its disk), and waits
+        until the metadata lists every broker again."""
+        node.start(kafka_jars(self.version), self._cluster_id, self._voters, self.properties)
+        wait_until_answering(self.bootstrap_servers, self.nodes)
 
     def stop(self) -> None:
         """Stops every node this object started (see the class docstring); safe to call again."""

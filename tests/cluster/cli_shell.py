@@ -3,25 +3,19 @@ this interpreter's scripts first on PATH, and none of the Ray variables this tes
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
+from benchmarks.lost_head import shell_environment
 from tests.conftest import skip_or_fail
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CLI_TIMEOUT_S = 300
-SESSION_RAY_VARIABLES = {"RAY_ADDRESS", "RAY_AUTH_MODE"}
 
 
-def cli_env() -> dict[str, str]:
-    """This environment with this interpreter's scripts (`raybroker`) first on PATH, without the Ray variables
-    this session's Ray set (a reader's shell has none): the CLI finds the head `raybroker start` started."""
-    env = {key: value for key, value in os.environ.items() if key not in SESSION_RAY_VARIABLES}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    return env
+# This environment as a reader's shell has it: the CLI finds the head `raybroker start` started.
+cli_env = shell_environment
 
 
 def run_shell(

@@ -4,11 +4,12 @@ and `raybroker start` run again on the head's machine resumes the same cluster, 
 takes the metadata log's copy the worker's broker keeps): the controller answers again, and the worker's broker and
 listener register again with it.
 
-A real cluster of `ray start` nodes on this machine, as `ray_cluster.yaml` starts them: the head through
-`raybroker start` (in a TMPDIR of its own, so its state file and Ray's session folders are the test's), a worker
-node with `ray start --address` and the reconnect timeout `cluster.gcs_storage.WORKER_ENVIRONMENT` sets, its broker
-started in a task pinned there. The client is confluent-kafka (librdkafka) through the worker's listener. The head
-is lost as a machine is: SIGKILL to its gcs_server, raylet, daemons and every process the raylet started.
+A real cluster of `ray start` nodes on this machine, as `ray_cluster.yaml` starts them (`benchmarks.lost_head`,
+which the `head_loss_stall_s` benchmark shares): the head through `raybroker start` (in a TMPDIR of its own, so its
+state file and Ray's session folders are the test's), a worker node with `ray start --address` and the reconnect
+timeout `cluster.gcs_storage.WORKER_ENVIRONMENT` sets, its broker started in a task pinned there. The client is
+confluent-kafka (librdkafka) through the worker's listener. The head is lost as a machine is: SIGKILL to its
+gcs_server, raylet, daemons and every process the raylet started.
 
 The module owns Ray (`OWNS_RAY`): it runs after every other module, once the session's own Ray cluster is shut down,
 so that the times it measures (issue 44's goals) are those of this cluster alone on the machine.
@@ -25,12 +26,10 @@ import contextlib
 import itertools
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -42,10 +41,18 @@ import psutil
 import pytest
 import yaml
 
+from benchmarks.lost_head import (
+    WORKER_BROKER,
+    cli_environment,
+    head_processes,
+    kill_all,
+    ray_environment,
+    session_processes,
+    worker_node_command,
+)
 from cluster.gcs_storage import WORKER_ENVIRONMENT
-from cluster.runtime import RAY_HEAD_PORT
 from tests.actors.support import release_session_ray, wait_for
-from tests.cluster.cli_shell import REPO_ROOT, cli_env, require_free_head_port, run_shell
+from tests.cluster.cli_shell import REPO_ROOT, require_free_head_port, run_shell
 from tests.reliability.modes import LONG
 
 pytestmark = pytest.mark.ray
@@ -104,17 +111,8 @@ class Head:
         return started
 
     def session_processes(self) -> list[psutil.Process]:
-        """Every process of this test's Ray cluster: those whose command line names its session folder (under
-        `root`) or one of its head nodes, and the Ray client server of a head on Ray's default port (which names
-        neither; the port was free when the test began)."""
-        found = []
-        for proc in psutil.process_iter(["cmdline"]):
-            with contextlib.suppress(psutil.Error):
-                cmdline = " ".join(proc.info["cmdline"] or ())
-                client_server = "ray.util.client.server" in cmdline and f":{RAY_HEAD_PORT} " in f"{cmdline} "
-                if str(self.root) in cmdline or client_server or any(node in cmdline for node in self.nodes):
-                    found.append(proc)
-        return found
+        """Every process of this test's Ray cluster (`benchmarks.lost_head.session_processes`)."""
+        return session_processes(self.root, self.nodes)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -127,7 +125,7 @@ def head() -> Iterator[Head]:
     require_free_head_port()
     # Short: Ray's unix sockets live under it, and a socket path has at most 107 bytes.
     root = Path(tempfile.mkdtemp(prefix="rbh-", dir="/tmp"))
-    env = {**cli_env(), "TMPDIR": str(root)}
+    env = cli_environment(root)
     state = Head(root, env, root / "head")
     try:
         yield state
@@ -141,37 +139,6 @@ def head() -> Iterator[Head]:
                 proc.kill()
         psutil.wait_procs(leftover, timeout=10)
         shutil.rmtree(root, ignore_errors=True)
-
-
-def head_processes(daemons: list[psutil.Process]) -> list[psutil.Process]:
-    """The head's processes: its daemons (what ran once `raybroker start` had started it: gcs_server, raylet, the
-    monitors, its first actors) and everything its raylet started since."""
-    lost = {proc.pid: proc for proc in daemons if proc.is_running()}
-    for raylet in [proc for proc in daemons if proc.name() == "raylet"]:
-        with contextlib.suppress(psutil.Error):
-            lost.update({child.pid: child for child in raylet.children(recursive=True)})
-    return list(lost.values())
-
-
-WORKER_BROKER = textwrap.dedent(
-    """
-    import sys
-    import ray
-    ray.init(address=sys.argv[1], namespace="raybroker", logging_level="ERROR", log_to_driver=False)
-    from tests.actors.support import start_broker_on
-    from cluster.protocol.listener_actor import start_kafka_listeners
-    from storage.config.broker_config import BrokerConfig
-    worker = next(node["NodeID"] for node in ray.nodes() if node["Alive"] and node["NodeID"] != sys.argv[4])
-    properties = {
-        "log.dirs": sys.argv[2],
-        "listeners": f"PLAINTEXT://127.0.0.1:{sys.argv[3]}",
-        "node.id": "1",
-        "transaction.state.log.min.isr": "1",
-    }
-    start_broker_on(worker, properties)
-    print(start_kafka_listeners(BrokerConfig.from_properties(properties), worker).bootstrap_servers)
-    """
-)
 
 
 class Writer:
@@ -236,14 +203,6 @@ def read_back(
     finally:
         consumer.close()
     return read
-
-
-def kill_all(processes: list[psutil.Process]) -> None:
-    """SIGKILL to each, as a machine that is lost stops them; returns once they are gone."""
-    for proc in processes:
-        with contextlib.suppress(psutil.Error):
-            proc.send_signal(signal.SIGKILL)
-    psutil.wait_procs(processes, timeout=10)
 
 
 def started_since(head: Head, earlier: set[int]) -> list[psutil.Process]:
@@ -379,13 +338,13 @@ def test_a_lost_head_started_again_on_an_empty_disk_resumes_the_cluster_while_a_
     address = next(line.split(" at ")[1].split()[0] for line in started.stdout.splitlines() if "Ray head at" in line)
     (head_node,) = head.nodes
     daemons = head.session_processes()
-    ray_env = {**head.env, **WORKER_ENVIRONMENT, "RAY_AUTH_MODE": "token", "RAY_LOG_TO_DRIVER": "0"}
-    ray = str(Path(sys.executable).parent / "ray")
-    worker_node = [ray, "start", f"--address={address}", "--num-cpus=1", "--object-store-memory=134217728"]
-    run_to_end([*worker_node, "--disable-usage-stats"], ray_env)
+    ray_env = ray_environment(head.env)
+    run_to_end([*worker_node_command(address), "--disable-usage-stats"], ray_env)
     worker_port = free_port()
-    worker_broker = [sys.executable, "-c", WORKER_BROKER, address, str(head.root / "worker"), str(worker_port)]
-    worker_bootstrap = run_to_end([*worker_broker, head_node], {**ray_env, "PYTHONPATH": str(REPO_ROOT)}).split()[-1]
+    worker_broker = [sys.executable, "-c", WORKER_BROKER, address, str(head.root / "worker"), str(worker_port), "1"]
+    # Two brokers (see `Head.start`): a transaction needs one in sync.
+    worker_broker += ["transaction.state.log.min.isr=1", "--", head_node]
+    worker_bootstrap = run_to_end(worker_broker, {**ray_env, "PYTHONPATH": str(REPO_ROOT)}).split()[-1]
     worker_admin = AdminClient({"bootstrap.servers": worker_bootstrap})
     kept = NewTopic(TOPIC, 4, 1, config={"retention.ms": "3600000"})
     worker_admin.create_topics([kept])[TOPIC].result(timeout=60)
