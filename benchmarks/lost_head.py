@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import psutil
@@ -28,6 +29,8 @@ from cluster.runtime import RAY_HEAD_PORT
 # The Ray variables a driver's own Ray session sets; a reader's shell has none, and with them the CLI would attach
 # to the driver's Ray instead of finding the head `raybroker start` started.
 SESSION_RAY_VARIABLES = {"RAY_ADDRESS", "RAY_AUTH_MODE"}
+# How long `kill_all` waits for the killed processes to end.
+KILL_TIMEOUT_S = 10.0
 
 # Starts a broker on a worker node (`start_broker` in a task pinned there, as `raybroker start` runs on each node)
 # and a Kafka listener beside it. Arguments: the head's address, the broker's log dir, its listener's port, its
@@ -108,8 +111,19 @@ def head_processes(daemons: list[psutil.Process]) -> list[psutil.Process]:
 
 
 def kill_all(processes: list[psutil.Process]) -> None:
-    """SIGKILL to each, as a machine that is lost stops them; returns once they are gone."""
+    """SIGKILL to each, as a machine that is lost stops them; returns once none runs. A process that died counts as
+    gone while it waits to be reaped (a zombie holds no port, file or memory): its parent is gone too, and how soon an
+    orphan is reaped is the container's init's affair, not the cluster's (up to ~2 s here)."""
     for proc in processes:
         with contextlib.suppress(psutil.Error):
             proc.send_signal(signal.SIGKILL)
-    psutil.wait_procs(processes, timeout=10)
+    deadline = time.monotonic() + KILL_TIMEOUT_S
+    while any(_running(proc) for proc in processes) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

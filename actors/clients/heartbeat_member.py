@@ -53,6 +53,11 @@ class HeartbeatMember:
         return time.monotonic() >= self._next_heartbeat
 
     @property
+    def seconds_until_due(self) -> float:
+        """How long until the next heartbeat is due (0 when it is)."""
+        return max(0.0, self._next_heartbeat - time.monotonic())
+
+    @property
     def joining(self) -> bool:
         """Whether the next heartbeat joins (epoch 0): it then sends the subscription."""
         return self.epoch == JOIN_EPOCH

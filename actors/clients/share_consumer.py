@@ -7,9 +7,15 @@ for the member, each fetch carrying the partition's acknowledgements pending fro
 call, as Kafka's ShareFetch piggybacks them; `PartitionServer.share_fetch`: whole batches, each record locked for the
 group's `share.record.lock.duration.ms` with its delivery count) and returns them, at most `max_poll_records` (a soft
 limit: whole batches; a hard one with `share_acquire_mode="record_limit"`, Kafka 4.2's `share.acquire.mode`, which
-asks the partitions one after another for what the poll may still take), waiting up to `timeout_ms` (looking again
-every `POLL_INTERVAL_S`) while none come. Acknowledgements of a partition the poll does not ask (no longer assigned,
-or past the record limit) go in a ShareAcknowledge of their own.
+asks the partitions one after another for what the poll may still take), waiting up to `timeout_ms` while none come.
+A member assigned one partition that has acquired nothing for `IDLE_BEFORE_WAIT_S` waits at its leader, as Kafka's
+ShareFetch does, up to `fetch_max_wait_ms` (Kafka's `fetch.max.wait.ms`) a call and never past its next heartbeat: an
+idle member costs a call per wait rather than one every `POLL_INTERVAL_S`, and the first record appended or released
+is taken at once. A busy member asks again every `POLL_INTERVAL_S` instead, so that each poll takes what accumulated
+meanwhile, up to `max_poll_records`, rather than being woken for each record alone; so does a member of several
+partitions, and one whose leader answered before its wait was over without records (the leader had no wait slot
+free, or another member took what woke it). Acknowledgements of a partition the poll does not ask (no longer
+assigned, or past the record limit) go in a ShareAcknowledge of their own.
 
 Acknowledgement (Kafka's `share.acknowledgement.mode`):
 - `implicit` (the default): every record a `poll` returned is accepted by the next `poll`, `commit_sync` or `close`;
@@ -61,9 +67,12 @@ ACKNOWLEDGEMENT_MODES = (IMPLICIT, EXPLICIT)
 BATCH_OPTIMIZED = "batch_optimized"
 RECORD_LIMIT = "record_limit"
 ACQUIRE_MODES = (BATCH_OPTIMIZED, RECORD_LIMIT)
-# How often a poll that acquired nothing asks the leaders again while its timeout lasts (as the listener's ShareFetch
-# waits: a share-partition acquires at once or not at all).
+# How often a poll that acquired nothing, and did not wait at a leader as long, asks the leaders again while its
+# timeout lasts.
 POLL_INTERVAL_S = 0.05
+# How long a member of one partition acquires nothing before its fetches wait at the leader (see the module
+# docstring).
+IDLE_BEFORE_WAIT_S = 0.5
 # A partition's outcome of an acknowledgement: None when it was applied, else the leader's error.
 AcknowledgementOutcomes = dict[TopicPartition, RaybrokerError | None]
 
@@ -88,6 +97,7 @@ class ShareConsumer(Closeable):
         share_acquire_mode: str = BATCH_OPTIMIZED,
         max_poll_records: int = 500,
         max_partition_fetch_bytes: int = 1024 * 1024,
+        fetch_max_wait_ms: int = 500,
         key_deserializer: Deserializer | None = None,
         value_deserializer: Deserializer | None = None,
         client_id: str = "raybroker-python",
@@ -109,11 +119,14 @@ class ShareConsumer(Closeable):
         ):
             if not is_int(value) or value < 1:
                 raise InvalidConfigError(f"{name} must be an int >= 1, got {value!r}")
+        if not is_int(fetch_max_wait_ms) or fetch_max_wait_ms < 0:
+            raise InvalidConfigError(f"fetch_max_wait_ms must be an int >= 0, got {fetch_max_wait_ms!r}")
         self._broker = broker or Broker.connect()
         self._explicit = acknowledgement_mode == EXPLICIT
         self._record_limit = share_acquire_mode == RECORD_LIMIT
         self._max_poll_records = max_poll_records
         self._max_partition_fetch_bytes = max_partition_fetch_bytes
+        self._fetch_max_wait_s = fetch_max_wait_ms / 1000
         self._key_deserializer = key_deserializer
         self._value_deserializer = value_deserializer
         self._callback = acknowledgement_commit_callback
@@ -131,6 +144,8 @@ class ShareConsumer(Closeable):
         self._pending: dict[TopicPartition, dict[int, AcknowledgeType]] = {}
         # Partitions that hold records acquired for this member (released on close).
         self._touched: set[TopicPartition] = set()
+        # Since when the member's acquisitions have come back empty (None: the last one acquired records).
+        self._idle_since: float | None = None
         self._closed = False
 
     # --- subscription ----------------------------------------------------------------------------
@@ -181,10 +196,16 @@ class ShareConsumer(Closeable):
             if self._member.due:
                 self._member.heartbeat()
                 self._settings = self._member.settings()
-            records = self._acquire()
-            if records or time.monotonic() >= deadline:
+            asked_at = time.monotonic()
+            records = self._acquire(self._wait_ms(deadline))
+            now = time.monotonic()
+            if records:
+                self._idle_since = None
+            elif self._idle_since is None:
+                self._idle_since = asked_at
+            if records or now >= deadline:
                 return records
-            time.sleep(min(POLL_INTERVAL_S, max(0.0, deadline - time.monotonic())))
+            time.sleep(max(0.0, min(asked_at + POLL_INTERVAL_S, deadline) - now))
 
     def acknowledge(self, record: ShareRecord, ack_type: AcknowledgeType = AcknowledgeType.ACCEPT) -> None:
         """Acknowledges one record the last `poll` returned (explicit mode only), sent with the next poll or commit."""
@@ -234,11 +255,21 @@ class ShareConsumer(Closeable):
                 pending[offset] = AcknowledgeType.ACCEPT
         self._delivered.clear()
 
-    def _acquire(self) -> list[ShareRecord]:
+    def _wait_ms(self, deadline: float) -> int:
+        """How long the next acquisition may wait at its leader for records: for a member of one partition idle for
+        `IDLE_BEFORE_WAIT_S`, up to `fetch_max_wait_ms`, the poll's `deadline` (monotonic) and the next heartbeat;
+        else 0."""
+        idle = self._idle_since is not None and time.monotonic() - self._idle_since >= IDLE_BEFORE_WAIT_S
+        if not idle or len(self._member.assignment) != 1:
+            return 0
+        wait_s = min(self._fetch_max_wait_s, deadline - time.monotonic(), self._member.seconds_until_due)
+        return max(0, int(wait_s * 1000))
+
+    def _acquire(self, wait_ms: int) -> list[ShareRecord]:
         """One round of acquisitions: every assigned partition asked at once for `max_poll_records`, or in the
-        record-limit mode one after another, each for what the poll may still take. Each fetch carries the
-        partition's pending acknowledgements; those of a partition not asked are sent on their own. Their outcomes
-        are reported."""
+        record-limit mode one after another, each for what the poll may still take, waiting up to `wait_ms` at the
+        leader for records. Each fetch carries the partition's pending acknowledgements; those of a partition not
+        asked are sent on their own. Their outcomes are reported."""
         pending, self._pending = self._pending, {}
         outcomes: AcknowledgementOutcomes = {}
         records: list[ShareRecord] = []
@@ -248,10 +279,10 @@ class ShareConsumer(Closeable):
                 if left <= 0:
                     break
                 acks = pending.pop(tp, None)
-                records.extend(self._take(tp, self._ask(tp, left, acks), acks is not None, outcomes))
+                records.extend(self._take(tp, self._ask(tp, left, acks, wait_ms), acks is not None, outcomes))
         else:
             asked = [(tp, pending.pop(tp, None)) for tp in list(self._member.assignment)]
-            refs = [(tp, self._ask(tp, self._max_poll_records, acks), acks is not None) for tp, acks in asked]
+            refs = [(tp, self._ask(tp, self._max_poll_records, acks, wait_ms), acks is not None) for tp, acks in asked]
             for tp, ref, acknowledged in refs:
                 records.extend(self._take(tp, ref, acknowledged, outcomes))
         if pending:
@@ -260,8 +291,9 @@ class ShareConsumer(Closeable):
             self._report(outcomes)
         return records
 
-    def _ask(self, tp: TopicPartition, max_records: int, acks: dict[int, AcknowledgeType] | None) -> Any:
-        """The pending acquisition at `tp`'s leader, carrying `acks`; the error when its leader could not be asked."""
+    def _ask(self, tp: TopicPartition, max_records: int, acks: dict[int, AcknowledgeType] | None, wait_ms: int) -> Any:
+        """The pending acquisition at `tp`'s leader, carrying `acks`, waiting there up to `wait_ms` for records; the
+        error when its leader could not be asked."""
         try:
             return self._handle(tp).share_fetch.remote(
                 self._member.group_id,
@@ -269,7 +301,7 @@ class ShareConsumer(Closeable):
                 self._settings,
                 self._max_partition_fetch_bytes,
                 max_records,
-                max_wait_ms=0,
+                max_wait_ms=wait_ms,
                 record_limit=self._record_limit,
                 acknowledgements=None if acks is None else acknowledgement_batches(acks),
             )

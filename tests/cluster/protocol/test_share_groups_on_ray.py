@@ -15,12 +15,14 @@ after it gets exactly the records not accepted before, the share-partitions' sta
 `__share_group_state`.
 
 The Python consumer's own rules (`actors.clients.share_consumer`): implicit acknowledgement accepts what a poll
-returned, a closed member's unacknowledged records go to another member at once with their next delivery count, and
-wrong use raises without changing anything."""
+returned, a closed member's unacknowledged records go to another member at once with their next delivery count, an
+idle member of one partition waits at its leader rather than asking again and again, and wrong use raises without
+changing anything."""
 
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -32,7 +34,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
-from actors.clients.share_consumer import ShareConsumer, ShareRecord
+from actors.clients.share_consumer import IDLE_BEFORE_WAIT_S, ShareConsumer, ShareRecord
 from actors.core.shares.acknowledgements import AcknowledgeType
 from cluster.protocol.client import WireClient
 from cluster.protocol.listener import KafkaListener
@@ -246,6 +248,38 @@ def test_python_share_consumer_implicit_acknowledgement_and_release_on_close(ray
     assert [(r.value, r.delivery_count) for r in again] == [(b"w1", 2), (b"w2", 2)]
     assert third.poll(500) == []
     third.close()
+
+
+def test_an_idle_python_share_consumer_waits_at_its_leader_and_takes_a_record_appended_meanwhile(
+    ray_listener: KafkaListener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A member assigned one partition and idle for `IDLE_BEFORE_WAIT_S` waits at its leader, up to
+    `fetch_max_wait_ms` a call and never past its next heartbeat (every second here): an idle poll of 1.5 s asks a
+    handful of times where asking every `POLL_INTERVAL_S` would be ~30 times; a record appended while a poll waits is
+    returned by it."""
+    bootstrap = ray_listener.bootstrap_servers
+    topic = _topic(bootstrap)
+    consumer = ShareConsumer(f"pyshares-{uuid.uuid4().hex[:8]}", fetch_max_wait_ms=500)
+    _joined(consumer, topic)
+    assert consumer.poll(int(IDLE_BEFORE_WAIT_S * 1000) + 100) == []
+    asked: list[float] = []
+    ask = consumer._ask
+
+    def counted(*args: Any) -> Any:
+        asked.append(time.monotonic())
+        return ask(*args)
+
+    monkeypatch.setattr(consumer, "_ask", counted)
+    assert consumer.poll(1500) == []
+    assert 3 <= len(asked) <= 8, f"{len(asked)} calls in an idle poll of 1.5 s"
+    appending = threading.Timer(0.3, _produce, (bootstrap, topic, ["late"]))
+    appending.start()
+    try:
+        got = consumer.poll(10_000)
+    finally:
+        appending.join()
+    assert [(record.value, record.delivery_count) for record in got] == [(b"late", 1)]
+    consumer.close()
 
 
 def test_python_share_consumer_in_the_record_limit_mode_takes_at_most_max_poll_records(
