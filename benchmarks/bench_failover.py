@@ -234,7 +234,7 @@ def _kafka_failover(ctx: BenchContext, kafka: KafkaCluster, how: str) -> Failove
     bootstrap = kafka.bootstrap_servers
     topic = create_topic(bootstrap, how, lambda name: isr_whole(bootstrap, name))
     controller = kafka_controller(kafka)
-    leaders = wait_for(lambda: _kafka_leaders(bootstrap, topic), CLIENT_TIMEOUT_S, f"{topic}'s leaders")
+    leaders = wait_for(lambda: leaders(bootstrap, topic), CLIENT_TIMEOUT_S, f"{topic}'s leaders")
     partition = next((p for p, leader in enumerate(leaders) if leader != controller), 0)
     leader = leaders[partition]
     node = next(node for node in kafka.nodes if node.node_id == leader)
@@ -288,8 +288,9 @@ def partition_metadata(bootstrap: str, topic: str, partition: int) -> Any:
     return found.partitions.get(partition)
 
 
-def _kafka_leaders(bootstrap: str, topic: str) -> list[int] | None:
-    """Each partition's leader (broker id), None while one has none or the metadata does not answer."""
+def leaders(bootstrap: str, topic: str) -> list[int] | None:
+    """Each partition's leader (broker id) as the `bootstrap` brokers answer, None while one has none or the metadata
+    does not answer."""
     found = [partition_metadata(bootstrap, topic, partition) for partition in range(PARTITIONS)]
     return None if any(p is None or p.leader < 0 for p in found) else [int(p.leader) for p in found]
 
@@ -413,13 +414,13 @@ def create_topic(bootstrap: str, how: str, whole: Callable[[str], bool]) -> str:
 
 
 def wait_for(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    found = within(condition, time.monotonic() + timeout_s)
+    found = _within(condition, time.monotonic() + timeout_s)
     if not found:
         raise RuntimeError(f"{what} not reached within {timeout_s:.0f} s")
     return found
 
 
-def within(condition: Callable[[], Any], deadline: float) -> Any:
+def _within(condition: Callable[[], Any], deadline: float) -> Any:
     """What `condition` answered once truthy (asked every `METADATA_POLL_S`), or its last answer at `deadline`."""
     while True:
         found = condition()
@@ -458,7 +459,7 @@ def _measure(
         )
         named_at = time.monotonic()
         limit = faulted_at + (PAUSE_MAX_S if fault.resume is not None else FAILOVER_TIMEOUT_S)
-        first = within(lambda: writer.first_ack_from(unsent) or writer.error, limit)
+        first = _within(lambda: writer.first_ack_from(unsent) or writer.error, limit)
         if fault.resume is not None:
             fault.resume()
             resumed_at = time.monotonic()
@@ -466,7 +467,7 @@ def _measure(
                 lambda: writer.first_ack_from(unsent) or writer.error, FAILOVER_TIMEOUT_S, "a write after resuming"
             )
             rejoined = fault.rejoined
-            if rejoined is not None and within(rejoined, resumed_at + REJOIN_TIMEOUT_S):
+            if rejoined is not None and _within(rejoined, resumed_at + REJOIN_TIMEOUT_S):
                 rejoined_at = time.monotonic()
         if not first or writer.error is not None:
             raise RuntimeError(f"no {side} write acknowledged after the new leader was named: {writer.error!r}")

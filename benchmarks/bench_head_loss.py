@@ -42,7 +42,6 @@ import contextlib
 import itertools
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -63,6 +62,7 @@ from benchmarks.bench_failover import (
     create_topic,
     isr_whole,
     kafka_controller,
+    leaders,
     partition_metadata,
     read_back,
     wait_for,
@@ -74,10 +74,12 @@ from benchmarks.kafka_cluster import KafkaCluster
 from benchmarks.lost_head import (
     WORKER_BROKER,
     cli_environment,
+    head_port_taken,
     head_processes,
     kill_all,
     ray_environment,
     session_processes,
+    started_head,
     worker_node_command,
 )
 from benchmarks.processes import CLIENT_TIMEOUT_S
@@ -91,6 +93,7 @@ COMMAND_TIMEOUT_S = 240.0
 ACKS_TIMEOUT_S = 180.0
 GOAL_RATIO = 1.0
 GOAL_S = 10.0
+RAYBROKER = str(Path(sys.executable).parent / "raybroker")
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,11 +200,7 @@ def _kafka_stall(ctx: BenchContext) -> Stall:
         node = next(node for node in kafka.nodes if node.node_id == controller)
         others = ",".join(f"127.0.0.1:{other.port}" for other in kafka.nodes if other is not node)
 
-        def leaders() -> list[int] | None:
-            found = [partition_metadata(others, topic, partition) for partition in range(PARTITIONS)]
-            return None if any(p is None or p.leader < 0 for p in found) else [int(p.leader) for p in found]
-
-        led = wait_for(leaders, CLIENT_TIMEOUT_S, f"{topic}'s leaders")
+        led = wait_for(lambda: leaders(others, topic), CLIENT_TIMEOUT_S, f"{topic}'s leaders")
         partition = next((p for p, leader in enumerate(led) if leader != controller), None)
         if partition is None:
             raise RuntimeError(f"Kafka's controller {controller} leads every partition of {topic}")
@@ -230,7 +229,6 @@ class _Cluster:
         self.nodes: set[str] = set()
         self.head_port, *self.worker_ports = free_ports(1 + WORKERS)
         self.address = ""
-        self.head_node = ""
         self.daemons: list[psutil.Process] = []
 
     def _run(self, command: list[str], env: dict[str, str], what: str) -> str:
@@ -243,16 +241,11 @@ class _Cluster:
 
     def start_head(self, what: str) -> str:
         """`raybroker start` of the head; its output."""
-        raybroker = str(Path(sys.executable).parent / "raybroker")
         listener = f"listeners=PLAINTEXT://127.0.0.1:{self.head_port}"
-        command = [raybroker, "start", "--log-dirs", str(self.root / "head"), "--override", listener]
+        command = [RAYBROKER, "start", "--log-dirs", str(self.root / "head"), "--override", listener]
         started = self._run(command, self.env, what)
-        for line in started.splitlines():
-            if "Ray head at" in line:
-                self.address = line.split(" at ")[1].split()[0]
-            if "Broker running" in line:
-                self.head_node = line.split()[5].rstrip(",")
-                self.nodes.add(self.head_node)
+        self.address, node = started_head(started)
+        self.nodes.add(node)
         return started
 
     def start_workers(self) -> str:
@@ -284,18 +277,16 @@ class _Cluster:
 
     def stop(self) -> None:
         """`raybroker stop`, then SIGKILL to whatever of the cluster is left; the folder removed."""
-        raybroker = str(Path(sys.executable).parent / "raybroker")
         with contextlib.suppress(subprocess.TimeoutExpired):
-            subprocess.run([raybroker, "stop"], env=self.env, capture_output=True, timeout=COMMAND_TIMEOUT_S)
+            subprocess.run([RAYBROKER, "stop"], env=self.env, capture_output=True, timeout=COMMAND_TIMEOUT_S)
         kill_all(session_processes(self.root, self.nodes))
         shutil.rmtree(self.root, ignore_errors=True)
 
 
 def _raybroker_stall(ctx: BenchContext) -> Stall:
     """The head lost and started again, on raybroker's three Ray nodes (stopped afterwards)."""
-    with socket.socket() as probe:
-        if probe.connect_ex(("127.0.0.1", RAY_HEAD_PORT)) == 0:
-            raise RuntimeError(f"port {RAY_HEAD_PORT} is taken: `raybroker start` needs it for its head")
+    if head_port_taken():
+        raise RuntimeError(f"port {RAY_HEAD_PORT} is taken: `raybroker start` needs it for its head")
     # Short: Ray's unix sockets live under it, and a socket path has at most 107 bytes.
     cluster = _Cluster(Path(tempfile.mkdtemp(prefix="rbh-", dir="/tmp")))
     try:

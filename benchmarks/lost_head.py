@@ -9,6 +9,7 @@ joins with `ray start --address` and the reconnect timeout `cluster.gcs_storage.
 A head is lost as a machine is: SIGKILL (`kill_all`) to its daemons (what ran once `raybroker start` had started
 it: gcs_server, raylet, the monitors, its first actors) and to every process its raylet started since
 (`head_processes`). `session_processes` finds every process of the cluster, for the caller to end what is left.
+`started_head` reads the head's address and node from what `raybroker start` printed.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import sys
 import textwrap
 import time
@@ -68,6 +70,20 @@ def shell_environment() -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if key not in SESSION_RAY_VARIABLES}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     return env
+
+
+def head_port_taken() -> bool:
+    """Whether something listens on Ray's default port, which `raybroker start` takes for its head."""
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", RAY_HEAD_PORT)) == 0
+
+
+def started_head(output: str) -> tuple[str, str]:
+    """The head's address and its broker's Ray node id, as `raybroker start` prints them."""
+    lines = output.splitlines()
+    address = next(line.split(" at ")[1].split()[0] for line in lines if "Ray head at" in line)
+    node = next(line.split()[5].rstrip(",") for line in lines if "Broker running" in line)
+    return address, node
 
 
 def cli_environment(root: Path) -> dict[str, str]:

@@ -3,11 +3,10 @@ this interpreter's scripts first on PATH, and none of the Ray variables this tes
 
 from __future__ import annotations
 
-import socket
 import subprocess
 from pathlib import Path
 
-from benchmarks.lost_head import shell_environment
+from benchmarks.lost_head import head_port_taken, shell_environment
 from tests.conftest import skip_or_fail
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +35,5 @@ def require_free_head_port() -> None:
     """`raybroker start` takes Ray's default port: fails (or skips, outside CI) when another head holds it."""
     from cluster.runtime import RAY_HEAD_PORT
 
-    with socket.socket() as sock:
-        if sock.connect_ex(("127.0.0.1", RAY_HEAD_PORT)) == 0:
-            skip_or_fail(f"port {RAY_HEAD_PORT} is taken: another Ray head runs on this machine")
+    if head_port_taken():
+        skip_or_fail(f"port {RAY_HEAD_PORT} is taken: another Ray head runs on this machine")

@@ -48,6 +48,7 @@ from benchmarks.lost_head import (
     kill_all,
     ray_environment,
     session_processes,
+    started_head,
     worker_node_command,
 )
 from cluster.gcs_storage import WORKER_ENVIRONMENT
@@ -105,9 +106,8 @@ class Head:
             "--override",
             "transaction.state.log.min.isr=1",
         )
-        self.nodes.update(
-            line.split()[5].rstrip(",") for line in started.stdout.splitlines() if "Broker running" in line
-        )
+        if started.returncode == 0:
+            self.nodes.add(started_head(started.stdout)[1])
         return started
 
     def session_processes(self) -> list[psutil.Process]:
@@ -335,7 +335,7 @@ def test_a_lost_head_started_again_on_an_empty_disk_resumes_the_cluster_while_a_
     assert started.returncode == 0, started.stderr[-2000:]
     storage = head.root / "head-ray-gcs"
     assert f"The head's GCS keeps the cluster's state: RocksDB in {storage}." in started.stdout
-    address = next(line.split(" at ")[1].split()[0] for line in started.stdout.splitlines() if "Ray head at" in line)
+    address = started_head(started.stdout)[0]
     (head_node,) = head.nodes
     daemons = head.session_processes()
     ray_env = ray_environment(head.env)
