@@ -234,9 +234,9 @@ def _kafka_failover(ctx: BenchContext, kafka: KafkaCluster, how: str) -> Failove
     bootstrap = kafka.bootstrap_servers
     topic = create_topic(bootstrap, how, lambda name: isr_whole(bootstrap, name))
     controller = kafka_controller(kafka)
-    leaders = wait_for(lambda: leaders(bootstrap, topic), CLIENT_TIMEOUT_S, f"{topic}'s leaders")
-    partition = next((p for p, leader in enumerate(leaders) if leader != controller), 0)
-    leader = leaders[partition]
+    led = wait_for(lambda: leaders(bootstrap, topic), CLIENT_TIMEOUT_S, f"{topic}'s leaders")
+    partition = next((p for p, leader in enumerate(led) if leader != controller), 0)
+    leader = led[partition]
     node = next(node for node in kafka.nodes if node.node_id == leader)
     if node.process is None:
         raise RuntimeError(f"Kafka broker {leader} is not running")
