@@ -12,7 +12,7 @@ generation (`gc.freeze`), once per process: later full collections walk only wha
 after). The price is Python's documented one: a reference cycle among the frozen objects that later becomes
 garbage is never collected (objects freed by reference counting still are), which for objects made while a
 process starts is the same as living as long as the process. The producer and consumer call it when created,
-and the partition actors and hosts when they start.
+the partition actors and hosts when they start, and the Kafka listener once it serves.
 """
 
 from __future__ import annotations

@@ -64,6 +64,7 @@ from actors.core.replication.partition_server import LONG_POLL_SLOTS, SHARE_POLL
 from actors.options import MAINTENANCE_GROUP, READ_GROUP, REPLICATION_GROUP, SHARES_GROUP
 from actors.server.partition_log import PartitionLogActor
 from actors.startup_objects import freeze_startup_objects
+from actors.young_collections import widen_young_generation
 from storage.errors import BrokerNotAvailableError, InvalidRequestError, RaybrokerError
 from storage.logdir.log_dirs import checkpointed_offsets
 from storage.partition.producer_state import PRODUCER_ID_EXPIRATION_MS
@@ -147,6 +148,7 @@ class PartitionHostActor:
         self.name = name
         if ray.is_initialized():
             freeze_startup_objects()
+            widen_young_generation()
         heap_trim.start()
         self._replica_settings = replica_settings
         self._find_replica = find_replica

@@ -110,6 +110,7 @@ from actors.server.share_arguments import (
     check_share_settings,
 )
 from actors.startup_objects import freeze_startup_objects
+from actors.young_collections import widen_young_generation
 from storage import file_names
 from storage.arguments import is_int
 from storage.compaction.clean_result import CleanedLog, CleanResult
@@ -249,6 +250,7 @@ class PartitionLogActor:
         self._node = _node_id()
         if self._node:
             freeze_startup_objects()
+            widen_young_generation()
         self._served: PartitionServer | None = None
         self._move = LogMove()
         try:

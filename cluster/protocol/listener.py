@@ -21,6 +21,11 @@ Once bound, the listener announces its `node.id` and advertised address to the c
 (`BrokerView.announce`), so every node's listener names it in Metadata as the leader of the node's partitions,
 and again every `broker.heartbeat.interval.ms`, so that a controller started again learns it; `stop` withdraws
 it. Two nodes announcing the same `node.id` is a configuration error the second one gets.
+
+Once it serves, the listener keeps its process's collector from pausing it: the objects alive then leave the full
+collections (`actors.startup_objects`) and the young generation grows (`actors.young_collections`), so that
+requests' objects die young. Both hold for the whole process, as the producer's and consumer's freeze does; a full
+collection of the ~170,000 objects of a Ray driver took ~100 ms, the p99 of every client of the listener.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ from types import TracebackType
 from actors import heap_trim
 from actors.metrics.ray_export import exported_metrics
 from actors.metrics.recorder import BrokerMetrics
+from actors.startup_objects import freeze_startup_objects
+from actors.young_collections import widen_young_generation
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.feature_cache import FeatureCache
 from cluster.protocol.framing import SplicedFrame
@@ -99,6 +106,8 @@ class KafkaListener:
         self._router: Router | None = None
         self._thread.start()
         self._server = self._started.result()
+        freeze_startup_objects()
+        widen_young_generation()
         heap_trim.start()
 
     @property
