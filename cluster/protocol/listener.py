@@ -25,7 +25,8 @@ it. Two nodes announcing the same `node.id` is a configuration error the second 
 Once it serves, the listener keeps its process's collector from pausing it: the objects alive then leave the full
 collections (`actors.startup_objects`) and the young generation grows (`actors.young_collections`), so that
 requests' objects die young. Both hold for the whole process, as the producer's and consumer's freeze does; a full
-collection of the ~170,000 objects of a Ray driver took ~100 ms, the p99 of every client of the listener.
+collection of the ~170,000 objects of a Ray driver takes ~100 ms, which would be the p99 of every client of the
+listener.
 """
 
 from __future__ import annotations
