@@ -28,6 +28,7 @@ from storage.config.log_config import LogConfig
 from storage.errors import InvalidRequestError, StaleControllerEpochError
 from storage.logdir.log_dirs import METADATA_TOPIC
 from storage.partition.log import Log
+from storage.records.record_batch import iter_batches
 
 # The metadata log's own config, the same on the controller and on every copy: compacted by key.
 # A topic is one record (its every partition's assignment and state: ~330 bytes a partition), so the batch limit is
@@ -62,6 +63,15 @@ def open_metadata_log(metadata_dir: Path, clock: Clock, partition: int = 0) -> L
     if missing)."""
     folder = metadata_dir / file_names.partition_dir_name(METADATA_TOPIC, partition)
     return Log.open(folder, METADATA_LOG_CONFIG, clock=clock)
+
+
+def read_whole_batches(log: Log, offset: int, max_bytes: int) -> bytes:
+    """A metadata log's whole batches from `offset` within `max_bytes` (the first even above it); empty at the end.
+    A log's read may end inside a batch (Kafka's fetch semantics), and a copy appends whole batches only."""
+    if offset >= log.log_end_offset:
+        return b""
+    records = log.read(offset, max_bytes).records
+    return bytes(records[: sum(batch.size_in_bytes for batch in iter_batches(records))])
 
 
 def log_state(log: Log) -> MirrorState:
@@ -107,10 +117,8 @@ class MetadataMirror:
         return self._log.end_offset_for_epoch(epoch)
 
     def read(self, offset: int, max_bytes: int) -> bytes:
-        """Whole batches from `offset` (the first even above `max_bytes`); empty at the end."""
-        if offset >= self._log.log_end_offset:
-            return b""
-        return bytes(self._log.read(offset, max_bytes).records)
+        """`read_whole_batches` of this copy."""
+        return read_whole_batches(self._log, offset, max_bytes)
 
     def close(self) -> None:
         with self._lock:

@@ -283,17 +283,20 @@ class Controller(TopicAdmin, ReplicaMoves, ClusterSettings):
         return self._write_many([(key, value)])
 
     def _write_many(self, records: Sequence[tuple[str, dict[str, Any] | None]]) -> int:
-        """`_write` of several records in one batch (one append, flush and send); returns the last one's offset."""
+        """`_write` of several records (one flush and send); returns the last one's offset. They go in one batch
+        unless that would pass the metadata log's `max.message.bytes`: a change of every partition of a large
+        cluster (a broker registering in the place of a gone node whose disk it holds, ~380 bytes a partition) is
+        then several batches, as KRaft splits a non-atomic change's records."""
         self._replication.check_active()
-        builder = RecordBatchBuilder()
         now_ms = self._clock.milliseconds()
-        for key, value in records:
-            payload = None if value is None else json.dumps(value, sort_keys=True).encode("utf-8")
-            builder.append(key.encode("utf-8"), payload, timestamp=now_ms)
-        info = self._log.append(builder.build())
+        first_offset = last_offset = -1
+        for batch in _batches(records, self._log.config.max_message_bytes, now_ms):
+            info = self._log.append(batch)
+            first_offset = info.first_offset if first_offset < 0 else first_offset
+            last_offset = info.last_offset
         self._log.flush()
-        self._replication.replicate(info.first_offset, self._brokers)
-        return info.last_offset
+        self._replication.replicate(first_offset, self._brokers)
+        return last_offset
 
     def _persist_topic(self, topic: TopicMetadata) -> None:
         self._write(f"topic/{topic.name}", topic.to_record())
@@ -737,3 +740,24 @@ class Controller(TopicAdmin, ReplicaMoves, ClusterSettings):
         """Closes the metadata log (flushed, with its clean-shutdown marker)."""
         with self._lock:
             self._log.close()
+
+
+# The most bytes a record of a v2 batch adds beyond its key and value: its length, attributes, timestamp and offset
+# deltas, key and value lengths and header count, each at its longest varint.
+_RECORD_OVERHEAD_BOUND = 5 + 1 + 10 + 5 + 5 + 5 + 5
+
+
+def _batches(records: Sequence[tuple[str, dict[str, Any] | None]], max_bytes: int, now_ms: int) -> Iterable[bytes]:
+    """The metadata records (a null value for None) as v2 batches of at most `max_bytes` each, in order; a record
+    too large for any batch goes alone, for the log to refuse (`RecordTooLargeError`)."""
+    builder = RecordBatchBuilder()
+    for key, value in records:
+        encoded_key = key.encode("utf-8")
+        payload = None if value is None else json.dumps(value, sort_keys=True).encode("utf-8")
+        grown = len(encoded_key) + (0 if payload is None else len(payload)) + _RECORD_OVERHEAD_BOUND
+        if len(builder) and builder.estimated_size_in_bytes + grown > max_bytes:
+            yield builder.build()
+            builder = RecordBatchBuilder()
+        builder.append(encoded_key, payload, timestamp=now_ms)
+    if len(builder):
+        yield builder.build()

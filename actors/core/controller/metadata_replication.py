@@ -34,9 +34,10 @@ from typing import Protocol
 
 from storage.clock import Clock
 from storage.errors import BrokerNotAvailableError, NotControllerError, RaybrokerError, StaleControllerEpochError
-from storage.logdir.metadata_mirror import NO_EPOCH, MirrorState, log_state
+from storage.logdir.metadata_mirror import NO_EPOCH, MirrorState, log_state, read_whole_batches
 from storage.partition.log import Log
 from storage.pending import Pending
+from storage.records.record_batch import iter_batches
 
 logger = logging.getLogger(__name__)
 
@@ -134,25 +135,36 @@ class MetadataReplication:
             raise NotControllerError(f"the controller of epoch {self.epoch} was fenced by a successor")
 
     def replicate(self, offset: int, links: Mapping[str, MirrorLink]) -> None:
-        """Sends the batches appended from `offset` to every mirror in sync, after choosing mirrors among `links`
-        (the registered brokers); returns once each answered or left the set. `NotControllerError` if a mirror
-        knows a newer controller (this one is fenced)."""
+        """Sends the batches appended from `offset` to every mirror in sync (in reads of `COPY_CHUNK_BYTES`, each
+        sent to every mirror at once), after choosing mirrors among `links` (the registered brokers); returns once
+        each answered up to the log's end or left the set. `NotControllerError` if a mirror knows a newer
+        controller (this one is fenced)."""
         with self._lock:
             self._choose(links)
-            if not self._in_sync:
-                return
-            batches = bytes(self._log.read(offset, COPY_CHUNK_BYTES).records)
-            sent = {node: links[node].metadata_append(self.epoch, offset, batches) for node in sorted(self._in_sync)}
-            for node, pending in sent.items():
-                try:
-                    state = pending.result(MIRROR_TIMEOUT_S)
-                except StaleControllerEpochError as exc:
-                    raise self._fence(exc) from exc
-                except RaybrokerError as exc:
-                    self._leave(node, f"did not take offset {offset}: {exc}")
-                    continue
-                if state.end_offset != self._log.log_end_offset:
-                    self._leave(node, f"stands at offset {state.end_offset}, not {self._log.log_end_offset}", 0)
+            end = self._log.log_end_offset
+            while self._in_sync and offset < end:
+                offset = self._send_chunk(offset, links)
+
+    def _send_chunk(self, offset: int, links: Mapping[str, MirrorLink]) -> int:
+        """Sends one read from `offset` to every mirror in sync; the offset after it. A mirror that fails, or does
+        not end where the read does, leaves the set."""
+        batches = read_whole_batches(self._log, offset, COPY_CHUNK_BYTES)
+        read = list(iter_batches(batches))
+        if not read:
+            return self._log.log_end_offset
+        after = read[-1].last_offset + 1
+        sent = {node: links[node].metadata_append(self.epoch, offset, batches) for node in sorted(self._in_sync)}
+        for node, pending in sent.items():
+            try:
+                state = pending.result(MIRROR_TIMEOUT_S)
+            except StaleControllerEpochError as exc:
+                raise self._fence(exc) from exc
+            except RaybrokerError as exc:
+                self._leave(node, f"did not take offset {offset}: {exc}")
+                continue
+            if state.end_offset != after:
+                self._leave(node, f"stands at offset {state.end_offset}, not {after}", 0)
+        return after
 
     def sync(self, links: Mapping[str, MirrorLink]) -> None:
         """One upkeep pass (see the module docstring): mirrors chosen again among `links`, then each out of sync
@@ -225,7 +237,7 @@ class MetadataReplication:
     def _send_from(self, link: MirrorLink, offset: int, end: int) -> int:
         """Sends the copy, which ends at `offset`, this log's batches up to `end`; the copy's end."""
         while offset < end:
-            batches = bytes(self._log.read(offset, COPY_CHUNK_BYTES).records)
+            batches = read_whole_batches(self._log, offset, COPY_CHUNK_BYTES)
             after = link.metadata_append(self.epoch, offset, batches).result(MIRROR_TIMEOUT_S)
             if after.end_offset <= offset:
                 raise BrokerNotAvailableError(f"the copy, at offset {after.end_offset}, took no batch from {offset}")

@@ -15,6 +15,7 @@ from storage.logdir.metadata_mirror import (
     MetadataMirror,
     MirrorState,
     open_metadata_log,
+    read_whole_batches,
 )
 from storage.partition.log import Log
 from storage.records.record_batch import RecordBatchBuilder, iter_batches
@@ -86,5 +87,24 @@ def test_a_topic_of_ten_thousand_partitions_fits_one_metadata_record_and_the_cop
     too_large.append(b"topic/too-large", b"p" * METADATA_MAX_BATCH_BYTES, timestamp=1)
     with pytest.raises(RecordTooLargeError):
         controller.append(too_large.build())
+    controller.close()
+    mirror.close()
+
+
+def test_a_read_that_would_end_inside_a_batch_answers_the_whole_batches_before_it(tmp_path: Path) -> None:
+    """A log's read of `max_bytes` may end inside a batch (Kafka's fetch semantics); what a copy is sent, and what
+    it answers a controller adopting it, ends at a batch's end, so the other side can append it."""
+    clock = MockClock()
+    controller = open_metadata_log(tmp_path / "controller", clock)
+    _, sent = controller_batches(controller, 1, [f"topic/t{index}" for index in range(4)])
+    sizes = [batch.size_in_bytes for batch in iter_batches(sent)]
+    two_and_a_half = sizes[0] + sizes[1] + sizes[2] // 2
+    assert len(controller.read(0, two_and_a_half).records) == two_and_a_half, "the log's own read ends mid-batch"
+    assert read_whole_batches(controller, 0, two_and_a_half) == sent[: sizes[0] + sizes[1]]
+    assert read_whole_batches(controller, 0, 1) == sent[: sizes[0]], "the first batch even above max_bytes"
+    assert read_whole_batches(controller, 4, 1 << 20) == b""
+    mirror = MetadataMirror(tmp_path / "broker", clock)
+    mirror.append(1, 0, sent)
+    assert mirror.read(1, sizes[1] + sizes[2] - 1) == sent[sizes[0] : sizes[0] + sizes[1]]
     controller.close()
     mirror.close()

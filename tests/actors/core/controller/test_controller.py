@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from actors.core.controller import metadata_replication
 from actors.core.controller.controller import Controller
 from actors.core.controller.group_config_store import GroupConfigVersion
 from actors.core.controller.log_manager_broker import LogManagerBroker
@@ -33,9 +35,13 @@ from storage.errors import (
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
+from storage.file_names import partition_dir_name
 from storage.files.partition_metadata import PartitionMetadata, read_partition_metadata
 from storage.kafka_uuid import RESERVED, uuid_text
+from storage.logdir import metadata_mirror
+from storage.logdir.log_dirs import METADATA_TOPIC
 from storage.logdir.log_manager import LogManager
+from storage.records.file_records import iter_any_batches
 from tests.actors.core.controller.test_assignment import check_transition
 
 NODES = ("node-a", "node-b", "node-c")
@@ -635,6 +641,57 @@ def test_a_registering_broker_takes_the_place_of_a_gone_node_whose_disk_it_holds
         second.register("node-x")
         topic = second.controller.describe_topic("t")
         assert {topic.state(p).leader for p in topic.partitions} == {"node-x"}
+    finally:
+        second.close()
+
+
+def metadata_batches(root: Path) -> list[tuple[int, int]]:
+    """(records, bytes) of each batch of the metadata log of the controller over `root / "metadata"`, in order."""
+    folder = root / "metadata" / partition_dir_name(METADATA_TOPIC, 0)
+    return [
+        (batch.last_offset - batch.base_offset + 1, batch.size_in_bytes)
+        for segment in sorted(folder.glob("*.log"))
+        for batch in iter_any_batches(segment.read_bytes())
+    ]
+
+
+def test_a_broker_taking_a_gone_nodes_place_rewrites_more_partitions_than_one_metadata_batch_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Registering in the place of a gone node changes every partition its disk holds, one partition record each
+    (~380 bytes): in a large cluster more than one batch of the metadata log's `max.message.bytes` holds (8 MiB,
+    ~22,000 partitions; 64 KiB here, ~170). The change is written in as many batches, the mirror takes them all and
+    stays in sync (each read sent to it in turn), and a restarted controller replays the new states."""
+    limit = 64 * 1024
+    monkeypatch.setattr(
+        metadata_mirror, "METADATA_LOG_CONFIG", replace(metadata_mirror.METADATA_LOG_CONFIG, max_message_bytes=limit)
+    )
+    # The mirrors are sent reads of 1 MiB, smaller than such a change (~8 MiB at 22,000 partitions); here smaller
+    # than this one too.
+    monkeypatch.setattr(metadata_replication, "COPY_CHUNK_BYTES", limit // 2)
+    first = Cluster(tmp_path, MockClock())
+    first.register("node-a", "node-b")
+    names = [f"t{index}" for index in range(6)]
+    for name in names:
+        first.controller.create_topic(name, 100, replication_factor=2)
+    first.close()
+    (tmp_path / "node-a").rename(tmp_path / "node-x")
+    second = Cluster(tmp_path, MockClock())
+    try:
+        written_before = len(metadata_batches(tmp_path))
+        second.register("node-b")
+        second.start_node("node-x")
+        second.controller.register_broker("node-x")
+        written = metadata_batches(tmp_path)[written_before:]
+        assert len(written) >= 2 and sum(records for records, _ in written) >= 600
+        assert all(size <= limit for _, size in written)
+        assert second.controller.metadata_quorum()["in_sync"] == ["node-b"]
+        described = {name: second.controller.describe_topic(name) for name in names}
+        for topic in described.values():
+            assert all(sorted(topic.state(p).replicas) == ["node-b", "node-x"] for p in topic.partitions)
+        second.controller.close()
+        second.controller = second.start_controller()
+        assert {name: second.controller.describe_topic(name) for name in names} == described
     finally:
         second.close()
 
