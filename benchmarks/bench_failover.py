@@ -22,8 +22,10 @@ resumed once a record produced after the pause is acknowledged (only a new leade
 `PAUSE_MAX_S` (longer than librdkafka's 60 s `socket.timeout.ms`, after which a request left unanswered fails and is
 sent again), which the figure's text then says; it must rejoin its partition's ISR. Afterwards a consumer reads the
 partition back from its leader: a figure is met only if every acknowledged record is there exactly once, at the offset
-acknowledged, on both sides. The text names both sides' numbers, when each side's metadata named the new leader (polled
-every `METADATA_POLL_S`), writes of the old leader's epoch acknowledged after the fault, and every send that failed.
+acknowledged, on both sides, and both have a write after the fault in a later epoch (a side without one is reported
+with its time to the first write after the fault, and says so). The text names both sides' numbers, when each side's
+metadata named the new leader (polled every `METADATA_POLL_S`), writes of the old leader's epoch acknowledged after
+the fault, and every send that failed.
 
 - Apache Kafka: combined broker+controller nodes (`benchmarks.kafka_cluster`); the partition chosen is one led by a
   broker that is not the active KRaft controller (read from the nodes' `quorum-state` files), so that a controller
@@ -112,12 +114,14 @@ class Fault:
 class Failover:
     """One measured failover: seconds from the fault to the new leader's first acknowledged write, whether every
     acknowledged write was read back once where acknowledged and the paused broker rejoined, and what the figure's
-    text says of it."""
+    text says of it; `failed_over` False when no write acknowledged after the fault is in a later leader epoch (then
+    `seconds` is the time to the first write after the fault)."""
 
     seconds: float
     intact: bool
     rejoined: bool
     text: str
+    failed_over: bool = True
 
 
 @dataclass
@@ -181,7 +185,7 @@ def _figure(name: str, fault: str, ours: Failover, kafka: Failover) -> Figure:
     """The figure of one kind of fault: ours beside Kafka's, met as the module docstring says."""
     ratio = ours.seconds / kafka.seconds
     met = ratio <= GOAL_RATIO and ours.seconds <= GOAL_S and ours.intact and kafka.intact
-    met = met and ours.rejoined and kafka.rejoined
+    met = met and ours.rejoined and kafka.rejoined and ours.failed_over and kafka.failed_over
     ray_checks = (
         f"{HEALTH_CHECKS['health_check_failure_threshold']} failures {HEALTH_CHECKS['health_check_period_ms']} ms "
         f"apart (timeout {HEALTH_CHECKS['health_check_timeout_ms']} ms)"
@@ -553,9 +557,12 @@ def _judge(
     old_epoch = found[before[-1][1]][0][1]
     after = [ack for ack in writer.acked if ack[0] > faulted_at]
     new = [ack for ack in after if any(epoch > old_epoch for _, epoch in found.get(ack[1], []))]
-    if not new:
-        raise RuntimeError(f"{side}: no acknowledged write is in a leader epoch after {old_epoch}")
-    acked_at, _, offset = new[0]
+    if not after:
+        raise RuntimeError(f"{side}: no write acknowledged after the fault")
+    # Without a write in a later epoch there was no failover to time (a broker that named a new leader but whose
+    # writes after the fault all stayed in the old epoch): the time to the first write after the fault is reported,
+    # said so, and the figure is unmet.
+    acked_at, _, offset = (new or after)[0]
     seconds = acked_at - faulted_at
     lost = [sequence for _, sequence, _ in writer.acked if sequence not in found]
     duplicated = [sequence for sequence, places in found.items() if len(places) > 1]
@@ -564,7 +571,9 @@ def _judge(
     parts = [
         where,
         f"new leader {str(new_leader)[:6]} named after {named_at - faulted_at:.2f} s",
-        f"first write in its epoch ({old_epoch} -> {found[new[0][1]][0][1]}) at offset {offset}",
+        f"first write in its epoch ({old_epoch} -> {found[new[0][1]][0][1]}) at offset {offset}"
+        if new
+        else f"NO acknowledged write in a leader epoch after {old_epoch}: the first after the fault at offset {offset}",
     ]
     if old_leader_acks:
         parts.append(
@@ -591,7 +600,7 @@ def _judge(
     )
     text = ", ".join(parts)
     ctx.progress(f"  {side} {'pause' if resumed_at is not None else 'kill'}: {seconds:.2f} s; {text}")
-    return Failover(seconds, intact, resumed_at is None or rejoined_at is not None, text)
+    return Failover(seconds, intact, resumed_at is None or rejoined_at is not None, text, failed_over=bool(new))
 
 
 def _failures(writer: Writer, faulted_at: float) -> str:

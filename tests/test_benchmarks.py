@@ -17,8 +17,10 @@ from typing import Any
 
 import pytest
 
+from benchmarks import bench_failover
 from benchmarks.__main__ import figure_names, format_table
-from benchmarks.common import Curves, Figure, absolute_figure, percentile, throughput_figure
+from benchmarks.common import BenchContext, Curves, Figure, absolute_figure, percentile, throughput_figure
+from benchmarks.environment import RayEnvironment
 from benchmarks.results import render
 from benchmarks.run_info import RunInfo
 
@@ -79,6 +81,29 @@ def test_percentile_is_nearest_rank() -> None:
     assert percentile([7.0], 0.99) == 7.0
     with pytest.raises(ValueError):
         percentile([], 0.5)
+
+
+def test_a_failover_is_timed_to_the_first_write_of_a_later_epoch_and_a_side_without_one_is_unmet(
+    tmp_path: Path,
+) -> None:
+    """`bench_failover` reads the partition back as (offset, sequence, leader epoch) and times the failover to the
+    first write acknowledged after the fault in a later epoch; a side whose writes after the fault all stayed in the
+    old epoch is reported with its time to the first of them, as no failover, and its figure is unmet."""
+    ctx = BenchContext(quick=True, workdir=tmp_path, environment=RayEnvironment(tmp_path))
+    writer = bench_failover.Writer("127.0.0.1:9092", "t", 0)
+    writer.acked = [(1.0, 0, 0), (2.0, 1, 1), (3.5, 2, 2), (4.0, 3, 3)]
+    judged = {}
+    for name, epochs in {"failed over": (0, 0, 0, 1), "stayed": (0, 0, 0, 0)}.items():
+        records = [(offset, offset, epoch) for offset, epoch in enumerate(epochs)]
+        judged[name] = bench_failover._judge(ctx, name, writer, records, 3.0, 3.2, 2, None, None, "leader 1")
+    assert judged["failed over"].failed_over and judged["failed over"].seconds == pytest.approx(1.0)
+    assert not judged["stayed"].failed_over and judged["stayed"].seconds == pytest.approx(0.5)
+    assert "NO acknowledged write in a leader epoch after 0" in judged["stayed"].text
+    assert judged["stayed"].intact, "nothing was lost: the text, not the data, says what went wrong"
+    figure = bench_failover._figure("failover_s", "leader SIGKILLed", judged["failed over"], judged["stayed"])
+    assert figure.met is False
+    figure = bench_failover._figure("failover_s", "leader SIGKILLed", judged["failed over"], judged["failed over"])
+    assert figure.met is (bench_failover.GOAL_S >= 1.0 and bench_failover.GOAL_RATIO >= 1.0)
 
 
 def test_table_lists_every_figure_with_its_ratio_and_verdict() -> None:
