@@ -34,6 +34,7 @@ actor's remote API:
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import logging
 import threading
 import time
@@ -133,10 +134,29 @@ class RayReplicaNotifier:
 
 
 def _send_state(node: str, state: LeaderAndIsr) -> None:
+    """Sends one state. A replica its node does not host (yet: a registering broker opens its partitions after it
+    registered, and is told every state of its replicas at once) is not told: it asks for its partition's state when
+    it opens. That is said at debug level only, as a node restarted with 30,000 partitions would log a line for each;
+    any other failure is a warning."""
     try:
-        replica_actor(state.topic, state.partition, node).update_replication.remote(state)
+        answer = replica_actor(state.topic, state.partition, node).update_replication.remote(state)
+    except UnknownTopicOrPartitionError as exc:
+        logger.debug("replica %s-%d on %s not told its state: %s", state.topic, state.partition, node, exc)
+        return
     except RaybrokerError as exc:
         logger.warning("replica %s-%d on %s not told its state: %s", state.topic, state.partition, node, exc)
+        return
+    answer.future().add_done_callback(functools.partial(_report_unsent, node, state))
+
+
+def _report_unsent(node: str, state: LeaderAndIsr, answer: concurrent.futures.Future[None]) -> None:
+    """Logs why a replica did not take its state, if it did not (at debug level when its host does not hold it: not
+    opened yet, or closed since); collecting the answer also keeps Ray from printing it as an unhandled error."""
+    failure = answer.exception()
+    if failure is None:
+        return
+    level = logging.DEBUG if isinstance(failure, BrokerNotAvailableError) else logging.WARNING
+    logger.log(level, "replica %s-%d on %s did not take its state: %s", state.topic, state.partition, node, failure)
 
 
 class ControllerActor(Controller):
