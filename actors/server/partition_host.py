@@ -61,6 +61,7 @@ import ray
 from actors import heap_trim
 from actors.core.replication.follower import ReplicaSettings
 from actors.core.replication.partition_server import LONG_POLL_SLOTS, SHARE_POLL_SLOTS
+from actors.open_files import raise_open_file_limit
 from actors.options import MAINTENANCE_GROUP, READ_GROUP, REPLICATION_GROUP, SHARES_GROUP
 from actors.server.partition_log import PartitionLogActor
 from actors.startup_objects import freeze_startup_objects
@@ -150,6 +151,7 @@ class PartitionHostActor:
             freeze_startup_objects()
             widen_young_generation()
         heap_trim.start()
+        raise_open_file_limit()
         self._replica_settings = replica_settings
         self._find_replica = find_replica
         self._cleaner_config = dict(cleaner_config)

@@ -530,9 +530,9 @@ class PartitionLogActor:
 
     def close(self) -> PartitionState:
         """Clean shutdown of the log (flush, trim, markers); returns its final state, again if called again (after
-        `go_offline`: the state it went offline with, nothing written)."""
+        `go_offline`: the state it went offline with, nothing written). A log that failed to open raises why."""
         if self._closed_state is None:
-            closed = BrokerNotAvailableError(f"the log of {self._opened_log.directory} is closed")
+            closed = BrokerNotAvailableError(f"the log of {self._log.directory} is closed")
             self._role.stop(closed)
             self._log.close()
             self._metrics.remove_gauges(self._log_gauges)

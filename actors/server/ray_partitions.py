@@ -38,6 +38,7 @@ import ray
 from actors.calls import RayPending, call, call_when_available, controller, get_actor, kill_and_wait
 from actors.core.host_placement import HostPlacement, PlacedHost
 from actors.core.replication.follower import ReplicaSettings
+from actors.open_files import FILES_PER_PARTITION, RESERVED_FILES, partitions_per_process, raise_open_file_limit
 from actors.options import (
     MAINTENANCE_GROUP,
     PARTITION_CONCURRENCY_GROUPS,
@@ -224,7 +225,17 @@ class RayPartitions:
 
     def __init__(self, node_id: str, config: BrokerConfig) -> None:
         self.node_id = node_id
-        self._per_process = config.log_partitions_per_process
+        open_files = raise_open_file_limit()
+        self._per_process = partitions_per_process(config.log_partitions_per_process, open_files)
+        if self._per_process < config.log_partitions_per_process:
+            logger.warning(
+                "log.partitions.per.process=%d needs ~%d open files a process, above this node's limit of %d "
+                "(ulimit -n): a partition host holds at most %d partitions",
+                config.log_partitions_per_process,
+                config.log_partitions_per_process * FILES_PER_PARTITION + RESERVED_FILES,
+                open_files,
+                self._per_process,
+            )
         self._cleaner_config = config.cleaner_config.to_properties()
         self._broker_log_config = config.log_config.to_properties()
         self._producer_id_expiration_ms = config.producer_id_expiration_ms

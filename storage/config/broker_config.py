@@ -87,7 +87,9 @@ the partitions of one host share its write thread and its interpreter (a slow wr
 host that dies takes its partitions offline until Ray restarts it and they are reopened from disk). The log manager
 keeps `log.partitions.spare.processes` hosts holding no partition started (a host emptied by deletes counts), so a
 new partition opens in a running process even when every other host is full; with one partition per process no
-spare is kept. `offsets.topic.num.partitions` keeps Kafka's default of 50 (4 hosts at 16 per process).
+spare is kept. A host holds fewer than `log.partitions.per.process` when its process's open-file limit cannot hold
+their files (five a partition: `actors.open_files`). `offsets.topic.num.partitions` keeps Kafka's default of 50 (4
+hosts at 16 per process).
 
 The Kafka-protocol listener's keys are checked and explained in `storage.config.listener_config`; together they
 form `BrokerConfig.listener_config`. The security keys (TLS, SASL, ACLs) are `storage.config.security_config`'s and

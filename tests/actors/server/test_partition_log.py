@@ -409,7 +409,8 @@ def test_cleanable_is_none_for_delete_topics(tmp_path: Path) -> None:
 def test_a_log_that_cannot_open_leaves_a_failed_actor_raising_the_typed_error(tmp_path: Path) -> None:
     (tmp_path / "not-a-dir").write_bytes(b"")
     actor = open_actor(tmp_path / "not-a-dir" / "t-0")
-    for method, args in ((actor.ready, ()), (actor.append, (batch_bytes(records("a", 1)),)), (actor.state, ())):
+    calls = ((actor.ready, ()), (actor.append, (batch_bytes(records("a", 1)),)), (actor.state, ()), (actor.close, ()))
+    for method, args in calls:
         with pytest.raises(KafkaStorageError):
             method(*args)
     folder = tmp_path / "t-0"
