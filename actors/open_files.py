@@ -2,9 +2,10 @@
 
 A partition keeps five files open however small it is: its folder's `.lock`, its active segment's `.log`, `.index`
 and `.timeindex` (Python's `mmap` keeps a descriptor of each file it maps, where Kafka's JVM closes it once mapped)
-and its high-watermark `.state` file; each older segment keeps its `.log` open too. A host of
-`log.partitions.per.process` partitions thus needs five times as many descriptors, beside the few hundred of the Ray
-worker itself: past the limit its partitions fail to open with "Too many open files".
+and its high-watermark `.state` file; each older segment keeps its `.log` open too, and its indexes while they are
+mapped (a rolled segment's `.timeindex` stays mapped). A host of `log.partitions.per.process` partitions thus needs
+five times as many descriptors and more, beside the ~100 of the Ray worker itself: past the limit its partitions
+fail to open with "Too many open files".
 
 `raise_open_file_limit()` raises the process's soft limit to its hard one, as the JVM does when it starts
 (`-XX:+MaxFDLimit`, on by default), and answers the limit then. `partitions_per_process` is what a node's log
