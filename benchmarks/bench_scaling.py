@@ -17,7 +17,8 @@ topic from its start) and the producer's p99 acknowledgement latency at a fixed 
 Each figure carries its curve over the counts (`benchmarks.plots`).
 
 raybroker is the run's broker with `log.partitions.per.process=PER_PROCESS`: a node meant to hold 10,000
-partitions hosts many in each process (at the default 16 it would start 625 processes, ~61 MiB each). Its memory is
+partitions hosts as many in each process as its open-file limit lets a process keep open (`actors.open_files`: 3,948
+at 20,000; at the default 16 it would start 625 processes, ~61 MiB each). Its memory is
 the USS of every Ray worker process of the node (partition hosts, spares, log manager, controller, coordinators)
 plus this process, which runs the Kafka listener: everything that serves the topic, as Kafka's one JVM does. Kafka
 runs with its heap of `benchmarks.kafka_broker.HEAP`. One run a side per count (10,000 partitions take minutes to
@@ -45,7 +46,7 @@ from benchmarks.side_by_side import beside_kafka
 
 COUNTS = (10, 100, 1_000, 10_000)
 QUICK_COUNTS = (10, 100, 1_000)
-PER_PROCESS = 2_000
+PER_PROCESS = 10_000
 VALUE_BYTES = 100
 RECORDS = 1_000_000
 QUICK_RECORDS = 200_000
