@@ -146,13 +146,11 @@ class MetadataReplication:
                 offset = self._send_chunk(offset, links)
 
     def _send_chunk(self, offset: int, links: Mapping[str, MirrorLink]) -> int:
-        """Sends one read from `offset` to every mirror in sync; the offset after it. A mirror that fails, or does
-        not end where the read does, leaves the set."""
+        """Sends one read from `offset` to every mirror in sync; the offset after it (the log's end if the read held
+        no batch). A mirror that fails, or does not end where the read does, leaves the set."""
         batches = read_whole_batches(self._log, offset, COPY_CHUNK_BYTES)
         read = list(iter_batches(batches))
-        if not read:
-            return self._log.log_end_offset
-        after = read[-1].last_offset + 1
+        after = read[-1].last_offset + 1 if read else self._log.log_end_offset
         sent = {node: links[node].metadata_append(self.epoch, offset, batches) for node in sorted(self._in_sync)}
         for node, pending in sent.items():
             try:
