@@ -7,7 +7,6 @@ nothing."""
 
 from __future__ import annotations
 
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -117,12 +116,14 @@ def _state_partition_offsets(broker: InProcessBroker, key: SharePartitionKey) ->
     return broker.leader(SHARE_GROUP_STATE_TOPIC, key.state_partition(3)).offsets()
 
 
-def test_the_prune_deletes_every_record_below_the_oldest_latest_snapshot_and_loading_reads_the_same() -> None:
+def test_the_prune_deletes_every_record_below_the_oldest_latest_snapshot_and_loading_reads_the_same(
+    tmp_path: Path,
+) -> None:
     """KEY and `same` share a state partition; records no key's latest are deleted (DeleteRecords), up to the oldest
     latest snapshot, and a store made again loads the same states."""
     same = SharePartitionKey("g4", uuid.UUID(int=7), 0)
     assert same.state_partition(3) == KEY.state_partition(3)
-    broker = _open(Path(tempfile.mkdtemp()), MockClock())
+    broker = _open(tmp_path, MockClock())
     try:
         store = broker.share_state_store
         store.write_state(KEY, FIRST, 0)  # offset 0
@@ -139,10 +140,12 @@ def test_the_prune_deletes_every_record_below_the_oldest_latest_snapshot_and_loa
         broker.close()
 
 
-def test_a_cold_state_is_written_again_so_the_prune_passes_it_and_both_run_on_the_brokers_schedule() -> None:
+def test_a_cold_state_is_written_again_so_the_prune_passes_it_and_both_run_on_the_brokers_schedule(
+    tmp_path: Path,
+) -> None:
     clock = MockClock()
     broker = _open(
-        Path(tempfile.mkdtemp()),
+        tmp_path,
         clock,
         {
             "share.coordinator.cold.partition.snapshot.interval.ms": "60000",
