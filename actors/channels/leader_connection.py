@@ -1,5 +1,5 @@
 """A follower's connection to its leader's replica channel (`actors.channels.replica_channel`): one fetch at a time,
-answered in the order asked.
+of one partition (`fetch`) or of several (`fetch_many`), answered in the order asked.
 
 A fetch that cannot be completed on the connection (the leader's process ended, the network failed, no answer within
 the timeout, an answer that does not parse) raises `ReplicaChannelError`, after which the connection is closed and
@@ -13,7 +13,12 @@ import socket
 from actors.channels.append_frames import SIZE, SOCKET_REQUEST_MAX_BYTES
 from actors.channels.local_sockets import read_exactly
 from actors.channels.replica_channel import ReplicaChannelAddress
-from actors.channels.replica_fetch_frames import ReplicaFetchRequest, decode_answer, encode_request
+from actors.channels.replica_fetch_frames import (
+    ReplicaFetchRequest,
+    SharedFetchRequest,
+    decode_answer,
+    encode_request,
+)
 from actors.core.replication.follower import ReplicaFetch
 from storage.errors import InvalidRequestError, RaybrokerError
 
@@ -49,19 +54,28 @@ class LeaderConnection:
 
     def fetch(self, request: ReplicaFetchRequest, timeout_s: float) -> ReplicaFetch:
         """The leader's answer to `request`, within `timeout_s`; the leader's typed error if it refused it."""
+        (answer,) = self.fetch_many(request.shared(), timeout_s)
+        if isinstance(answer, RaybrokerError):
+            raise answer
+        return answer
+
+    def fetch_many(self, request: SharedFetchRequest, timeout_s: float) -> list[ReplicaFetch | RaybrokerError]:
+        """The leader's answers to `request`'s partitions, in the order asked, within `timeout_s`: each a fetch or
+        the typed error the leader refused that partition with; the leader's typed error if it refused the whole
+        request."""
         try:
             self._socket.settimeout(timeout_s)
             self._socket.sendall(encode_request(request))
             (size,) = SIZE.unpack(read_exactly(self._socket, SIZE.size))
             if size > ANSWER_MAX_BYTES:
                 raise InvalidRequestError(f"a replica fetch answer of {size} bytes")
-            answer = decode_answer(read_exactly(self._socket, size))
+            answers = decode_answer(read_exactly(self._socket, size), len(request.partitions))
         except (OSError, InvalidRequestError) as exc:
             self.close()
             raise ReplicaChannelError(f"a fetch from the replica channel failed: {exc}") from None
-        if isinstance(answer, RaybrokerError):
-            raise answer
-        return answer
+        if isinstance(answers, RaybrokerError):
+            raise answers
+        return answers
 
     def close(self) -> None:
         self._socket.close()

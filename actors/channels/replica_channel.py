@@ -8,7 +8,14 @@ follower fetches over a socket from the leader broker (`ReplicaFetcherThread`); 
 that holds partition logs listens, once asked, on a TCP port of its node's address and answers each fetch frame
 (`actors.channels.replica_fetch_frames`) with `Replica.replicate`, the method the Ray call runs: its epoch and offset
 checks, the follower's progress and the high watermark, the long poll for new records. The records go out as the log
-read them, after a 29-byte head.
+read them, after a 33-byte head.
+
+- A fetch may ask for many partitions at once (Kafka's follower Fetch: one request per follower broker and leader
+  broker carries every partition it follows there; `actors.server.replica_fetch_session`): each is answered as
+  `Replica.replicate` answers it without waiting; when none has records the channel waits, up to the fetch's max
+  wait, for a change to any of them (`LogChanges.watch`), then answers them all again. Once the answer holds
+  `replica.fetch.response.max.bytes` of records, the partitions after are answered with their offsets and no records
+  (their followers' progress is recorded all the same). A fetch of one partition waits as `Replica.replicate` does.
 
 - `serve(host, topic, partition, fetch)` adds a partition to this process's channel, which listens from the first
   call on `host`, and answers the channel's address and token (`ReplicaChannelAddress`); `stop_serving` removes it
@@ -22,8 +29,8 @@ read them, after a 29-byte head.
   stops the channel or another connection; a connection silent for `connections.max.idle.ms` (10 min), or whose
   token does not come within `request.timeout.ms` (30 s), is closed; at most `socket.listen.backlog.size` (50)
   connections wait to be accepted.
-- Threads: one accepts, one per connection serves it (a follower fetcher keeps one connection and one fetch in
-  flight; a fetch may wait `replica.fetch.wait.max.ms` for records, as a Ray call's would).
+- Threads: one accepts, one per connection serves it (a follower keeps one connection and one fetch in flight per
+  leader process; a fetch may wait `replica.fetch.wait.max.ms` for records, as a Ray call's would).
 """
 
 from __future__ import annotations
@@ -40,9 +47,16 @@ from functools import partial
 
 from actors.channels.append_frames import SIZE, encode_error, over_request_limit
 from actors.channels.local_sockets import SOCKET_LISTEN_BACKLOG_SIZE, read_exactly
-from actors.channels.replica_fetch_frames import TOKEN_BYTES, ReplicaFetchRequest, decode_request, encode_answer_head
+from actors.channels.replica_fetch_frames import (
+    TOKEN_BYTES,
+    PartitionFetch,
+    SharedFetchRequest,
+    decode_request,
+    encode_answer,
+)
 from actors.channels.served_partitions import PartitionChannel, ProcessChannel
 from actors.core.replication.follower import ReplicaFetch
+from actors.core.replication.log_changes import LogChanges
 from storage.errors import BrokerNotAvailableError, InvalidRequestError, RaybrokerError
 
 logger = logging.getLogger(__name__)
@@ -60,6 +74,15 @@ FollowerFetch = Callable[[str, int, int, int, int], ReplicaFetch]
 
 
 @dataclass(frozen=True, slots=True)
+class ServedReplica:
+    """What the channel answers a partition's follower fetches with: its `Replica.replicate`, and the partition's
+    change counter, which a fetch of many partitions waits on."""
+
+    fetch: FollowerFetch
+    changes: LogChanges
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicaChannelAddress:
     """Where a process's replica channel listens, and the token a connection opens with."""
 
@@ -71,7 +94,7 @@ class ReplicaChannelAddress:
         return f"ReplicaChannelAddress({self.host}:{self.port})"
 
 
-class ReplicaChannel(PartitionChannel[FollowerFetch, ReplicaChannelAddress]):
+class ReplicaChannel(PartitionChannel[ServedReplica, ReplicaChannelAddress]):
     """One process's listener for followers' fetches; see the module docstring."""
 
     def __init__(self, host: str) -> None:
@@ -126,41 +149,86 @@ class ReplicaChannel(PartitionChannel[FollowerFetch, ReplicaChannelAddress]):
             except Exception:
                 logger.exception("replica channel: closing a connection after an unexpected error")
 
-    def _answer(self, connection: socket.socket, request: ReplicaFetchRequest) -> None:
-        """Runs one fetch and sends its answer: the head, then the records as the log read them."""
-        fetch = self._served.get(request.topic, request.partition)
-        if fetch is None:
-            error = BrokerNotAvailableError(f"{request.topic}-{request.partition} is not served by this channel")
-            connection.sendall(encode_error(error))
-            return
+    def _answer(self, connection: socket.socket, request: SharedFetchRequest) -> None:
+        """Runs one fetch of one or more partitions and sends its answer."""
+        served = [self._served.get(fetch.topic, fetch.partition) for fetch in request.partitions]
+        if len(served) == 1:
+            answers = [self._fetch(request, request.partitions[0], served[0], request.max_wait_ms)]
+        else:
+            seen = [None if replica is None else replica.changes.count for replica in served]
+            answers = self._fetch_all(request, served)
+            if not any(_answered(answer) for answer in answers) and self._wait_for_change(
+                served, seen, request.max_wait_ms
+            ):
+                answers = self._fetch_all(request, served)
+        connection.sendall(encode_answer(answers))
+
+    def _fetch_all(
+        self, request: SharedFetchRequest, served: list[ServedReplica | None]
+    ) -> list[ReplicaFetch | RaybrokerError]:
+        """Each partition's answer without waiting, records only until the answer holds the request's max bytes."""
+        answers: list[ReplicaFetch | RaybrokerError] = []
+        left = request.response_max_bytes
+        for fetch, replica in zip(request.partitions, served, strict=True):
+            answer = self._fetch(request, fetch, replica, 0)
+            if isinstance(answer, ReplicaFetch) and answer.records:
+                if left <= 0:
+                    answer = ReplicaFetch(b"", answer.high_watermark, answer.log_start_offset, answer.log_end_offset)
+                left -= len(answer.records)
+            answers.append(answer)
+        return answers
+
+    @staticmethod
+    def _wait_for_change(served: list[ServedReplica | None], seen: list[int | None], max_wait_ms: int) -> bool:
+        """Waits up to `max_wait_ms` for a change to any served partition after the counts `seen`; whether one came."""
+        watcher = threading.Event()
+        replicas = [replica for replica in served if replica is not None]
+        for replica in replicas:
+            replica.changes.watch(watcher)
         try:
-            answer = fetch(
-                request.follower, request.offset, request.max_bytes, request.max_wait_ms, request.leader_epoch
-            )
+            if any(
+                replica is not None and replica.changes.count != count
+                for replica, count in zip(served, seen, strict=True)
+            ):
+                return True
+            return watcher.wait(max(max_wait_ms, 0) / 1000)
+        finally:
+            for replica in replicas:
+                replica.changes.unwatch(watcher)
+
+    @staticmethod
+    def _fetch(
+        request: SharedFetchRequest, fetch: PartitionFetch, replica: ServedReplica | None, max_wait_ms: int
+    ) -> ReplicaFetch | RaybrokerError:
+        """One partition's answer, or the typed error it is refused with."""
+        if replica is None:
+            return BrokerNotAvailableError(f"{fetch.topic}-{fetch.partition} is not served by this channel")
+        try:
+            return replica.fetch(request.follower, fetch.offset, fetch.max_bytes, max_wait_ms, fetch.leader_epoch)
         except RaybrokerError as exc:
-            connection.sendall(encode_error(exc))
-            return
+            return exc
         except Exception as exc:
-            logger.exception("replica channel: a fetch of %s-%d failed", request.topic, request.partition)
-            connection.sendall(encode_error(RaybrokerError(f"the fetch failed unexpectedly: {type(exc).__name__}")))
-            return
-        connection.sendall(encode_answer_head(answer))
-        if answer.records:
-            connection.sendall(answer.records)
+            logger.exception("replica channel: a fetch of %s-%d failed", fetch.topic, fetch.partition)
+            return RaybrokerError(f"the fetch failed unexpectedly: {type(exc).__name__}")
 
 
-_CHANNEL: ProcessChannel[FollowerFetch, ReplicaChannelAddress] = ProcessChannel()
+def _answered(answer: ReplicaFetch | RaybrokerError) -> bool:
+    """Whether a partition's answer is worth sending without waiting: records, or an error."""
+    return not isinstance(answer, ReplicaFetch) or bool(answer.records)
 
 
-def serve(host: str, topic: str, partition: int, fetch: FollowerFetch) -> ReplicaChannelAddress:
-    """Serves (topic, partition)'s follower fetches with `fetch` on this process's channel, which listens on `host`
+_CHANNEL: ProcessChannel[ServedReplica, ReplicaChannelAddress] = ProcessChannel()
+
+
+def serve(host: str, topic: str, partition: int, replica: ServedReplica) -> ReplicaChannelAddress:
+    """Serves (topic, partition)'s follower fetches with `replica` on this process's channel, which listens on `host`
     from the first call; returns the channel's address."""
-    return _CHANNEL.serve(partial(ReplicaChannel, host), topic, partition, fetch)
+    return _CHANNEL.serve(partial(ReplicaChannel, host), topic, partition, replica)
 
 
-def stop_serving(topic: str, partition: int, fetch: FollowerFetch) -> None:
-    """Stops serving (topic, partition) with `fetch` (its log closed); nothing if this process has no channel."""
-    _CHANNEL.stop_serving(topic, partition, fetch)
+def stop_serving(topic: str, partition: int, replica: ServedReplica) -> None:
+    """Stops serving (topic, partition) with `replica` (its log closed); nothing if this process has no channel."""
+    _CHANNEL.stop_serving(topic, partition, replica)
 
 
 __all__ = [
@@ -169,6 +237,7 @@ __all__ = [
     "FollowerFetch",
     "ReplicaChannel",
     "ReplicaChannelAddress",
+    "ServedReplica",
     "serve",
     "stop_serving",
 ]

@@ -78,7 +78,7 @@ from actors.calls import SHARED_CONTROLLER
 from actors.channels import replica_channel
 from actors.channels.append_channel import serve, stop_serving
 from actors.channels.change_notices import CHANGE_WATCHER_PREFIX, notices
-from actors.channels.replica_channel import ReplicaChannelAddress
+from actors.channels.replica_channel import ReplicaChannelAddress, ServedReplica
 from actors.core.replication.follower import LeaderLink, ReplicaFetch, ReplicaSettings
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.replication.log_changes import LogChanges
@@ -239,6 +239,7 @@ class PartitionLogActor:
         watermark starts until the controller's state says how many replicas it has (`reopen_as_replica`)."""
         # Counts the changes a waiting fetch must look at (appends, DeleteRecords, close), under its own lock.
         self._changes = LogChanges(publish=self._publish_offsets)
+        self._served_replica = ServedReplica(self._answer_follower, self._changes)
         # Why this actor serves no calls: its log failed to open, or is closed.
         self._unavailable: RaybrokerError | None = None
         self._closed_state: PartitionState | None = None
@@ -372,12 +373,11 @@ class PartitionLogActor:
     @ray.method(concurrency_group=READ_GROUP)
     def replica_channel(self) -> ReplicaChannelAddress | None:
         """The address and token of this process's replica channel (`actors.channels.replica_channel`), which answers
-        this partition's follower fetches from now on as `replicate` does; None for a folder not named as a
-        partition's."""
+        this partition's follower fetches from now on as `replicate` does; None for a folder not named so."""
         named = file_names.parse_partition_dir_name(self._log.directory.name)
         if named is None:
             return None
-        return replica_channel.serve(ray.util.get_node_ip_address(), *named, self._answer_follower)
+        return replica_channel.serve(ray.util.get_node_ip_address(), *named, self._served_replica)
 
     def _answer_follower(
         self, follower: str, offset: int, max_bytes: int, max_wait_ms: int, leader_epoch: int
@@ -406,7 +406,7 @@ class PartitionLogActor:
         named = file_names.parse_partition_dir_name(self._opened_log.directory.name)
         if named is not None:
             stop_serving(*named, self)
-            replica_channel.stop_serving(*named, self._answer_follower)
+            replica_channel.stop_serving(*named, self._served_replica)
 
     # --- replication (the role is the plain `Replica`'s) ------------------------------------------
 
@@ -448,7 +448,7 @@ class PartitionLogActor:
 
     def _leader_link(self, state: LeaderAndIsr) -> LeaderLink:
         assert self._find_replica is not None, "followers are linked only where replicas can be found"
-        return RayLeaderLink(state, self._node, self._find_replica)
+        return RayLeaderLink(state, self._node, self._find_replica, self._replica_settings)
 
     def update_replication(self, state: LeaderAndIsr) -> None:
         """The controller's newest state of this partition (Kafka's LeaderAndIsr, `Replica.update`); ignored

@@ -11,10 +11,11 @@ from typing import Any
 import ray
 
 from actors.calls import call, controller
+from actors.channels import shared_fetch
 from actors.channels.leader_connection import LeaderConnection, ReplicaChannelError
 from actors.channels.replica_channel import ReplicaChannelAddress
 from actors.channels.replica_fetch_frames import ReplicaFetchRequest
-from actors.core.replication.follower import ReplicaFetch
+from actors.core.replication.follower import ReplicaFetch, ReplicaSettings, SharedFetchMember
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.server.replica_fetch_pieces import join, piece_count
 from storage.errors import BrokerNotAvailableError, IneligibleReplicaError, RaybrokerError
@@ -52,13 +53,22 @@ def not_applied(error: BaseException | None) -> bool:
 
 class RayLeaderLink:
     """A follower's calls to its leader's replica (`actors.core.replication.follower.LeaderLink`): fetches over the
-    leader process's replica channel (`actors.channels.replica_channel`, its address asked with a Ray call), the rest
-    as Ray calls. The leader's handle is looked up once and again after any failure; the channel's connection is
-    opened again after any failure of its own. A leader whose channel cannot be reached (a firewall between the
-    nodes) is fetched from with Ray calls (`replicate`) for the rest of the link's life."""
+    leader process's replica channel (`actors.channels.replica_channel`, its address asked with a Ray call), shared
+    with every partition this process follows from the leader's process (`share`, `actors.channels.shared_fetch`)
+    or alone (`replicate`), the rest as Ray calls. The leader's handle is looked up once and again after any
+    failure; the channel's connection is opened again after any failure of its own. A leader whose channel cannot be
+    reached (a firewall between the nodes) is fetched from with Ray calls (`replicate`) for the rest of the link's
+    life."""
 
-    def __init__(self, state: LeaderAndIsr, me: str, find_replica: Callable[[str, int, str], Any]) -> None:
+    def __init__(
+        self,
+        state: LeaderAndIsr,
+        me: str,
+        find_replica: Callable[[str, int, str], Any],
+        settings: ReplicaSettings,
+    ) -> None:
         self._state = state
+        self._settings = settings
         self._me = me
         self._find_replica = find_replica
         self._handle: object | None = None
@@ -110,13 +120,40 @@ class RayLeaderLink:
             self._handle = None
             raise
 
+    def share(self, member: SharedFetchMember) -> bool:
+        if self._unreachable:
+            return False
+        address = self._channel_address()
+        if address is None:
+            return False
+        shared_fetch.share(
+            address,
+            self._me,
+            self._state.topic,
+            self._state.partition,
+            self._state.leader_epoch,
+            member,
+            max_wait_ms=self._settings.fetch_wait_max_ms,
+            response_max_bytes=self._settings.fetch_response_max_bytes,
+            timeout_s=REPLICA_CALL_TIMEOUT_S + self._settings.fetch_wait_max_ms / 1000,
+        )
+        return True
+
+    def _channel_address(self) -> ReplicaChannelAddress | None:
+        """The replica channel address of the leader's process, asked with a Ray call each time (the partition may be
+        hosted by another process since); None if it has none."""
+        address = self._call("replica_channel")
+        if not isinstance(address, ReplicaChannelAddress):
+            self._unreachable = True
+            return None
+        return address
+
     def _channel(self) -> LeaderConnection | None:
         """The open connection to the leader's replica channel, opened first if need be; None if the channel
         cannot be reached, from then on."""
         if self._connection is None:
-            address = self._call("replica_channel")
-            if not isinstance(address, ReplicaChannelAddress):
-                self._unreachable = True
+            address = self._channel_address()
+            if address is None:
                 return None
             try:
                 self._connection = LeaderConnection(address)

@@ -35,6 +35,7 @@ list (blanks trimmed, empty entries dropped, as Kafka's `csvList`).
 | broker.session.timeout.ms                     | int     | 9000                | no heartbeat this long: fenced       |
 | replica.fetch.wait.max.ms                     | int     | 500                 | a follower's fetch waits for records |
 | replica.fetch.max.bytes                       | int     | 1048576             | bytes a follower's fetch asks for    |
+| replica.fetch.response.max.bytes              | int     | 10485760            | bytes of one fetch of many partitions|
 | replica.fetch.backoff.ms                      | int     | 1000                | pause after a failed follower fetch  |
 | auto.leader.rebalance.enable                  | boolean | true                | lead from the preferred replica      |
 | leader.imbalance.check.interval.seconds       | long    | 300                 | period of that check                 |
@@ -304,6 +305,7 @@ class BrokerConfig(CleanerKeys, ListenerKeys, SecurityKeys, TransactionKeys, Gro
     broker_session_timeout_ms: int = config_field(9000, "int", low=1)
     replica_fetch_wait_max_ms: int = config_field(500, "int", low=0)
     replica_fetch_max_bytes: int = config_field(1048576, "int", low=0)
+    replica_fetch_response_max_bytes: int = config_field(10485760, "int", low=0)
     replica_fetch_backoff_ms: int = config_field(1000, "int", low=0)
     auto_leader_rebalance_enable: bool = config_field(True, "boolean")
     leader_imbalance_check_interval_seconds: int = config_field(300, "long", low=1)

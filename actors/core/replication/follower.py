@@ -1,4 +1,4 @@
-"""A follower replica's fetch loop (Kafka's `ReplicaFetcherThread`, one per followed partition here).
+"""A follower replica's fetch loop (Kafka's `ReplicaFetcherThread`).
 
 The follower copies its leader's log record for record, offsets and leader epochs included:
 
@@ -17,6 +17,14 @@ The follower copies its leader's log record for record, offsets and leader epoch
 3. A fetch below the leader's log start (the leader deleted what the follower lacks) restarts the follower's log
    empty at the leader's log start. Any other failure (the leader restarting, a new leader not known yet) waits
    `replica.fetch.backoff.ms` and tries again; the controller's next state stops this loop and starts another.
+
+Step 2 runs on the partition's own thread only while no fetch is shared: a link that can (`LeaderLink.share`, over
+the leader process's replica channel) takes the partition into one fetch with every other partition this process
+follows from the same leader process, as Kafka's fetcher thread fetches every partition it follows from one broker
+in one request. That fetch's thread asks the partition where it fetches from (`SharedFetchMember.fetch_offset`),
+applies each answer as step 2 does (`take`), and hands the partition back (`leave`) with the leader's error, which
+the partition's own thread then handles as it would its own fetch's (steps 1 and 3, or the back-off); or with no
+error once the partition asked to leave (stopped, or throttled as below).
 
 A replica out of its partition's ISR asks its broker's follower replication quota before each fetch (`throttle`, the
 bytes of the fetch before recorded; `actors.core.quotas.replication_quotas`): while the quota holds it off it skips
@@ -74,20 +82,50 @@ class LeaderLink(Protocol):
         """The leader's log start offset."""
         ...
 
+    def share(self, member: SharedFetchMember) -> bool:
+        """Adds `member` to the fetch this process shares with the other partitions it follows from the same leader
+        process; False if the link shares none (the follower fetches alone)."""
+        ...
+
     def close(self) -> None:
         """The fetcher is done with the link: it releases what it holds (connections)."""
+        ...
+
+
+class SharedFetchMember(Protocol):
+    """A partition in a shared fetch (`LeaderLink.share`); see the module docstring."""
+
+    @property
+    def max_bytes(self) -> int:
+        """The most bytes of records a fetch asks for this partition (`replica.fetch.max.bytes`)."""
+        ...
+
+    def fetch_offset(self) -> int | None:
+        """Where the next fetch of this partition starts; None: the partition leaves the fetch."""
+        ...
+
+    def take(self, fetched: ReplicaFetch) -> None:
+        """Applies the leader's answer for this partition (step 2), or drops it once the fetcher stopped; raises a
+        `RaybrokerError` the log raised."""
+        ...
+
+    def leave(self, error: RaybrokerError | None) -> None:
+        """The shared fetch no longer fetches this partition: `error` the leader's refusal, None if it asked to
+        leave."""
         ...
 
 
 @dataclass(frozen=True, slots=True)
 class ReplicaSettings:
     """The broker's replication settings under Kafka's names (`replica.lag.time.max.ms`, `replica.fetch.max.bytes`,
-    `replica.fetch.wait.max.ms`, `replica.fetch.backoff.ms`), with Kafka's defaults."""
+    `replica.fetch.wait.max.ms`, `replica.fetch.backoff.ms`, `replica.fetch.response.max.bytes`), with Kafka's
+    defaults."""
 
     lag_time_max_ms: int = 30_000
     fetch_max_bytes: int = 1_048_576
     fetch_wait_max_ms: int = 500
     fetch_backoff_ms: int = 1_000
+    fetch_response_max_bytes: int = 10_485_760
 
     @classmethod
     def from_broker_config(cls, config: BrokerConfig) -> ReplicaSettings:
@@ -96,6 +134,7 @@ class ReplicaSettings:
             config.replica_fetch_max_bytes,
             config.replica_fetch_wait_max_ms,
             config.replica_fetch_backoff_ms,
+            config.replica_fetch_response_max_bytes,
         )
 
 
@@ -129,6 +168,7 @@ class ReplicaFetcher:
         # Held while the loop changes the log, and by `stop`: no change begins once `stop` returned.
         self._changing = threading.Lock()
         self._unrecorded = 0
+        self._membership: _Membership | None = None
         self._thread = threading.Thread(target=self._run, name=f"replica-fetcher-{name}", daemon=True)
 
     def start(self) -> None:
@@ -140,6 +180,8 @@ class ReplicaFetcher:
         flight the leader answers within its wait."""
         with self._changing:
             self._stopped.set()
+            if self._membership is not None:
+                self._membership.left.set()
 
     def join(self, timeout_s: float) -> None:
         self._thread.join(timeout_s)
@@ -161,7 +203,8 @@ class ReplicaFetcher:
                 if not truncated:
                     self.truncate_to_leader()
                     truncated = True
-                self.fetch_once()
+                if not self._fetch_shared():
+                    self.fetch_once()
             except OffsetOutOfRangeError:
                 try:
                     truncated = self._restart_at_leader_start()
@@ -198,10 +241,36 @@ class ReplicaFetcher:
             if state.completed:
                 return
 
+    def _fetch_shared(self) -> bool:
+        """Step 2 in the fetch the link shares, until the partition leaves it: raises the leader's error it left
+        with; False if the link shares no fetch or the follower quota may hold this replica off (it fetches alone)."""
+        if self._throttled():
+            return False
+        membership = _Membership(self)
+        with self._changing:
+            if self._stopped.is_set():
+                return True
+            self._membership = membership
+        if not self._leader.share(membership):
+            return False
+        membership.left.wait()
+        if membership.error is not None:
+            raise membership.error
+        return True
+
+    def _throttled(self) -> bool:
+        """Whether the follower quota may hold this replica off: out of the ISR, under a quota."""
+        return self._throttle is not None and not self._in_sync()
+
+    def _shared_offset(self) -> int | None:
+        """`SharedFetchMember.fetch_offset`: the log end offset; None once stopped or throttled."""
+        if self._stopped.is_set() or self._throttled():
+            return None
+        return self._log.log_end_offset
+
     def fetch_once(self) -> None:
         """Step 2 of the module docstring, unless the follower quota holds this replica off."""
-        log = self._log
-        throttle = None if self._in_sync() else self._throttle
+        throttle = self._throttle if self._throttled() else None
         if throttle is not None:
             hold_off_s = throttle(self._unrecorded)
             self._unrecorded = 0
@@ -209,11 +278,16 @@ class ReplicaFetcher:
                 self._stopped.wait(hold_off_s)
                 return
         fetched = self._leader.replicate(
-            log.log_end_offset, self._settings.fetch_max_bytes, self._settings.fetch_wait_max_ms
+            self._log.log_end_offset, self._settings.fetch_max_bytes, self._settings.fetch_wait_max_ms
         )
-        records = whole_batches(fetched.records)
         if throttle is not None:
-            self._unrecorded += len(records)
+            self._unrecorded += len(whole_batches(fetched.records))
+        self._apply(fetched)
+
+    def _apply(self, fetched: ReplicaFetch) -> None:
+        """Appends the whole batches of a leader's answer and takes its offsets, unless stopped (step 2)."""
+        log = self._log
+        records = whole_batches(fetched.records)
         with self._changing:
             if self._stopped.is_set():
                 return
@@ -242,6 +316,30 @@ class ReplicaFetcher:
             self._log.truncate_fully_and_start_at(start)
         self._on_change()
         return True
+
+
+class _Membership:
+    """One stay of a `ReplicaFetcher`'s partition in a shared fetch (its `SharedFetchMember`): `left` is set when
+    the fetch hands the partition back, with `error`, or when the fetcher stops."""
+
+    def __init__(self, fetcher: ReplicaFetcher) -> None:
+        self._fetcher = fetcher
+        self.left = threading.Event()
+        self.error: RaybrokerError | None = None
+
+    @property
+    def max_bytes(self) -> int:
+        return self._fetcher._settings.fetch_max_bytes
+
+    def fetch_offset(self) -> int | None:
+        return None if self.left.is_set() else self._fetcher._shared_offset()
+
+    def take(self, fetched: ReplicaFetch) -> None:
+        self._fetcher._apply(fetched)
+
+    def leave(self, error: RaybrokerError | None) -> None:
+        self.error = error
+        self.left.set()
 
 
 def whole_batches(records: bytes | memoryview) -> bytes | memoryview:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from actors.core.replication.follower import ReplicaFetch
+from actors.core.replication.follower import ReplicaFetch, SharedFetchMember
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.replication.replica import Replica
 
@@ -31,6 +31,10 @@ class LocalLeaderLink:
 
     def log_start_offset(self) -> int:
         return self._leader().log.log_start_offset
+
+    def share(self, member: SharedFetchMember) -> bool:
+        """No shared fetch: an in-process follower's fetch is a call, with nothing to share."""
+        return False
 
     def close(self) -> None:
         """Nothing to release: every call finds the leader again."""

@@ -8,7 +8,10 @@ share acknowledgement or release, which frees record locks a waiting ShareFetch 
 woken, not published (the log did not change). A
 waiter reads `count` before it looks at the log, then `wait(seen, deadline)`: a change between its look and its wait
 is then seen, not slept through. The counter has its own lock, apart from the log's, so appends never wait for
-readers. Waits are in real (monotonic) time: they bound how long a caller is kept, not when the log's data expires."""
+readers. Waits are in real (monotonic) time: they bound how long a caller is kept, not when the log's data expires.
+
+A waiter on several partitions at once (the replica channel answering one fetch of many partitions) `watch`es each
+with one `threading.Event`, which every change of any of them sets, and `unwatch`es them when done."""
 
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ class LogChanges:
         self._changed = threading.Condition()
         self._count = 0
         self._publish = publish
+        self._watchers: tuple[threading.Event, ...] = ()
 
     @property
     def count(self) -> int:
@@ -34,6 +38,8 @@ class LogChanges:
         with self._changed:
             self._count += 1
             self._changed.notify_all()
+            for watcher in self._watchers:
+                watcher.set()
             if self._publish is not None:
                 self._publish()
 
@@ -43,6 +49,18 @@ class LogChanges:
         with self._changed:
             self._count += 1
             self._changed.notify_all()
+            for watcher in self._watchers:
+                watcher.set()
+
+    def watch(self, watcher: threading.Event) -> None:
+        """Sets `watcher` at each change from now on, until `unwatch`."""
+        with self._changed:
+            self._watchers = (*self._watchers, watcher)
+
+    def unwatch(self, watcher: threading.Event) -> None:
+        """Stops setting `watcher`."""
+        with self._changed:
+            self._watchers = tuple(kept for kept in self._watchers if kept is not watcher)
 
     def wait(self, seen: int, deadline: float) -> int | None:
         """Waits until a change after count `seen` (returns the new count) or the `time.monotonic()` `deadline`

@@ -20,7 +20,7 @@ from actors.channels.append_frames import SIZE, SOCKET_REQUEST_MAX_BYTES, decode
 from actors.channels.leader_connection import LeaderConnection, ReplicaChannelError
 from actors.channels.replica_channel import ReplicaChannelAddress
 from actors.channels.replica_fetch_frames import TOKEN_BYTES, ReplicaFetchRequest, encode_request
-from actors.core.replication.follower import ReplicaFetch, ReplicaFetcher, ReplicaSettings
+from actors.core.replication.follower import ReplicaFetch, ReplicaFetcher, ReplicaSettings, SharedFetchMember
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.server.partition_log import PartitionLogActor
 from actors.server.replica_fetch_pieces import join
@@ -130,6 +130,9 @@ def test_a_follower_copies_the_leaders_log_through_the_channel(
 
         def log_start_offset(self) -> int:
             return leader.offsets()[0]
+
+        def share(self, member: SharedFetchMember) -> bool:
+            return False
 
         def close(self) -> None:
             self.closed = True

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from actors.core.replication.follower import ReplicaFetch, ReplicaFetcher, ReplicaSettings
+from actors.core.replication.follower import ReplicaFetch, ReplicaFetcher, ReplicaSettings, SharedFetchMember
 from storage.clock import MockClock
 from storage.config.broker_config import BrokerConfig
 from storage.errors import BrokerNotAvailableError, OffsetOutOfRangeError
@@ -142,6 +142,10 @@ class LogLeader:
         self._call("log_start_offset")
         return self.log.log_start_offset
 
+    def share(self, member: SharedFetchMember) -> bool:
+        """No shared fetch: the follower fetches alone, through `replicate`."""
+        return False
+
     def close(self) -> None:
         self.closed = True
 
@@ -248,12 +252,16 @@ def caught_up(follower: Log, leader: Log) -> Callable[[], bool]:
 
 
 def test_settings_default_to_kafkas_and_follow_the_broker_config() -> None:
-    assert ReplicaSettings() == ReplicaSettings(30_000, 1_048_576, 500, 1_000)
+    assert ReplicaSettings() == ReplicaSettings(30_000, 1_048_576, 500, 1_000, 10_485_760)
     assert ReplicaSettings.from_broker_config(BrokerConfig()) == ReplicaSettings()
     config = BrokerConfig(
-        replica_lag_time_max_ms=7, replica_fetch_max_bytes=8, replica_fetch_wait_max_ms=9, replica_fetch_backoff_ms=10
+        replica_lag_time_max_ms=7,
+        replica_fetch_max_bytes=8,
+        replica_fetch_wait_max_ms=9,
+        replica_fetch_backoff_ms=10,
+        replica_fetch_response_max_bytes=11,
     )
-    assert ReplicaSettings.from_broker_config(config) == ReplicaSettings(7, 8, 9, 10)
+    assert ReplicaSettings.from_broker_config(config) == ReplicaSettings(7, 8, 9, 10, 11)
 
 
 # --- 1. an empty follower copies the whole log ----------------------------------------------------------------
