@@ -285,12 +285,14 @@ class ReplicaFetcher:
         self._apply(fetched)
 
     def _apply(self, fetched: ReplicaFetch) -> None:
-        """Appends the whole batches of a leader's answer and takes its offsets, unless stopped (step 2)."""
+        """Appends the whole batches of a leader's answer and takes its offsets, unless stopped (step 2); tells
+        `on_change` if the log changed (a shared fetch answers every partition it fetches, most with nothing new)."""
         log = self._log
         records = whole_batches(fetched.records)
         with self._changing:
             if self._stopped.is_set():
                 return
+            before = (log.log_end_offset, log.high_watermark, log.log_start_offset)
             if records:
                 first_offset = next(iter_any_batches(records)).base_offset
                 if first_offset < log.log_end_offset == log.log_start_offset:
@@ -301,7 +303,9 @@ class ReplicaFetcher:
             log.update_high_watermark(max(log.high_watermark, min(fetched.high_watermark, log.log_end_offset)))
             if fetched.log_start_offset > log.log_start_offset:
                 log.maybe_increment_log_start_offset(min(fetched.log_start_offset, log.high_watermark))
-        self._on_change()
+            changed = (log.log_end_offset, log.high_watermark, log.log_start_offset) != before
+        if changed:
+            self._on_change()
 
     def _restart_at_leader_start(self) -> bool:
         """Step 3: True if the log restarted at the leader's log start; False (truncate first) if the follower's

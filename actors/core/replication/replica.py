@@ -390,7 +390,11 @@ class Replica:
         while True:
             seen = self._changes.count
             if log.log_end_offset > offset or time.monotonic() >= deadline or self._leader is not leader:
-                records = bytes(log.read(offset, max_bytes, isolation="log_end").records)
+                records = (
+                    bytes(log.read(offset, max_bytes, isolation="log_end").records)
+                    if log.log_end_offset > offset
+                    else b""
+                )
                 if throttle is not None:
                     self._unrecorded[follower] = len(records)
                 if records and follower in leader.state.adding:
