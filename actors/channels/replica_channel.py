@@ -16,6 +16,11 @@ read them, after a 33-byte head.
   wait, for a change to any of them (`LogChanges.watch`), then answers them all again. Once the answer holds
   `replica.fetch.response.max.bytes` of records, the partitions after are answered with their offsets and no records
   (their followers' progress is recorded all the same). A fetch of one partition waits as `Replica.replicate` does.
+- A connection remembers what it last answered each partition its follower had wholly (no records, the follower at
+  the log end): while the partition has not changed since (its `LogChanges` count) and the follower asks from the
+  same offset in the same epoch, that answer is sent again without asking the replica, for up to
+  `UNCHANGED_REUSE_S`, so each partition's follower progress and ISR checks still run that often (Kafka's
+  incremental fetch sessions, KIP-227, spare the leader the same sweep over partitions where nothing happened).
 
 - `serve(host, topic, partition, fetch)` adds a partition to this process's channel, which listens from the first
   call on `host`, and answers the channel's address and token (`ReplicaChannelAddress`); `stop_serving` removes it
@@ -58,6 +63,7 @@ from actors.channels.served_partitions import PartitionChannel, ProcessChannel
 from actors.core.replication.follower import ReplicaFetch
 from actors.core.replication.log_changes import LogChanges
 from storage.errors import BrokerNotAvailableError, InvalidRequestError, RaybrokerError
+from storage.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +71,9 @@ logger = logging.getLogger(__name__)
 CONNECTIONS_MAX_IDLE_S = 600.0
 # Kafka's `request.timeout.ms` default, in seconds: how long a connection's token and each answer's send may take.
 REQUEST_TIMEOUT_S = 30.0
+
+# How long a connection answers an unchanged partition without asking its replica (see the module docstring).
+UNCHANGED_REUSE_S = 1.0
 
 # How long the channel waits after a failed accept (out of file descriptors) before it accepts again.
 ACCEPT_BACKOFF_S = 0.1
@@ -80,6 +89,18 @@ class ServedReplica:
 
     fetch: FollowerFetch
     changes: LogChanges
+
+
+@dataclass(frozen=True, slots=True)
+class _Answered:
+    """What a connection last answered a partition whose follower had it wholly, and when."""
+
+    replica: ServedReplica
+    offset: int
+    leader_epoch: int
+    count: int
+    answer: ReplicaFetch
+    at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +152,7 @@ class ReplicaChannel(PartitionChannel[ServedReplica, ReplicaChannelAddress]):
                     logger.warning("replica channel: refused a connection that did not open with the token")
                     return
                 connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                answered: dict[TopicPartition, _Answered] = {}
                 while True:
                     connection.settimeout(CONNECTIONS_MAX_IDLE_S)
                     (size,) = SIZE.unpack(read_exactly(connection, SIZE.size))
@@ -143,38 +165,68 @@ class ReplicaChannel(PartitionChannel[ServedReplica, ReplicaChannelAddress]):
                     except InvalidRequestError as exc:
                         connection.sendall(encode_error(exc))
                         return
-                    self._answer(connection, request)
+                    self._answer(connection, request, answered)
             except OSError:
                 return
             except Exception:
                 logger.exception("replica channel: closing a connection after an unexpected error")
 
-    def _answer(self, connection: socket.socket, request: SharedFetchRequest) -> None:
-        """Runs one fetch of one or more partitions and sends its answer."""
+    def _answer(
+        self, connection: socket.socket, request: SharedFetchRequest, answered: dict[TopicPartition, _Answered]
+    ) -> None:
+        """Runs one fetch of one or more partitions and sends its answer; `answered` is what the connection
+        remembers (see the module docstring)."""
         served = [self._served.get(fetch.topic, fetch.partition) for fetch in request.partitions]
         if len(served) == 1:
             answers = [self._fetch(request, request.partitions[0], served[0], request.max_wait_ms)]
         else:
             seen = [None if replica is None else replica.changes.count for replica in served]
-            answers = self._fetch_all(request, served)
+            answers = self._fetch_all(request, served, answered)
             if not any(_answered(answer) for answer in answers) and self._wait_for_change(
                 served, seen, request.max_wait_ms
             ):
-                answers = self._fetch_all(request, served)
+                answers = self._fetch_all(request, served, answered)
         connection.sendall(encode_answer(answers))
 
     def _fetch_all(
-        self, request: SharedFetchRequest, served: list[ServedReplica | None]
+        self,
+        request: SharedFetchRequest,
+        served: list[ServedReplica | None],
+        answered: dict[TopicPartition, _Answered],
     ) -> list[ReplicaFetch | RaybrokerError]:
-        """Each partition's answer without waiting, records only until the answer holds the request's max bytes."""
+        """Each partition's answer without waiting, records only until the answer holds the request's max bytes;
+        an unchanged partition's remembered answer."""
         answers: list[ReplicaFetch | RaybrokerError] = []
         left = request.response_max_bytes
+        now = time.monotonic()
         for fetch, replica in zip(request.partitions, served, strict=True):
+            key = (fetch.topic, fetch.partition)
+            count = None if replica is None else replica.changes.count
+            known = answered.get(key)
+            if (
+                known is not None
+                and known.replica is replica
+                and known.count == count
+                and (known.offset, known.leader_epoch) == (fetch.offset, fetch.leader_epoch)
+                and now - known.at < UNCHANGED_REUSE_S
+            ):
+                answers.append(known.answer)
+                continue
             answer = self._fetch(request, fetch, replica, 0)
             if isinstance(answer, ReplicaFetch) and answer.records:
                 if left <= 0:
                     answer = ReplicaFetch(b"", answer.high_watermark, answer.log_start_offset, answer.log_end_offset)
                 left -= len(answer.records)
+            if (
+                replica is not None
+                and count is not None
+                and isinstance(answer, ReplicaFetch)
+                and not answer.records
+                and answer.log_end_offset == fetch.offset
+            ):
+                answered[key] = _Answered(replica, fetch.offset, fetch.leader_epoch, count, answer, now)
+            else:
+                answered.pop(key, None)
             answers.append(answer)
         return answers
 
@@ -234,6 +286,7 @@ def stop_serving(topic: str, partition: int, replica: ServedReplica) -> None:
 __all__ = [
     "CONNECTIONS_MAX_IDLE_S",
     "REQUEST_TIMEOUT_S",
+    "UNCHANGED_REUSE_S",
     "FollowerFetch",
     "ReplicaChannel",
     "ReplicaChannelAddress",

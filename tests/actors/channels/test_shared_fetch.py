@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import ray
 
-from actors.channels import shared_fetch
+from actors.channels import replica_channel, shared_fetch
 from actors.channels.leader_connection import LeaderConnection
-from actors.channels.replica_channel import ReplicaChannelAddress
+from actors.channels.replica_channel import ReplicaChannelAddress, ServedReplica
 from actors.channels.replica_fetch_frames import (
     PartitionFetch,
     ReplicaFetchRequest,
@@ -303,3 +303,40 @@ def test_followers_of_two_partitions_copy_their_leaders_through_one_shared_fetch
             fetcher.stop()
         for log in logs.values():
             log.close()
+
+
+def test_an_unchanged_partition_is_answered_again_without_asking_its_replica_for_a_while(
+    leaders: dict[str, PartitionLogActor], address: ReplicaChannelAddress, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[tuple[str, int]] = []
+    for topic, leader in leaders.items():
+        served = leader._served_replica
+
+        def counted(*args: int | str, topic: str = topic, served: ServedReplica = served) -> ReplicaFetch:
+            asked.append((topic, int(args[1])))
+            return served.fetch(*args)  # type: ignore[arg-type]
+
+        replica_channel.serve(address.host, topic, 0, ServedReplica(counted, served.changes))
+    monkeypatch.setattr(replica_channel, "UNCHANGED_REUSE_S", 0.5)
+    opened = LeaderConnection(address)
+    try:
+        at_ends = shared(fetch("left", 10), fetch("right", 5))
+        first = opened.fetch_many(at_ends, TIMEOUT_S)
+        assert sorted(asked) == [("left", 10), ("right", 5)]
+        asked.clear()
+        again = opened.fetch_many(at_ends, TIMEOUT_S)
+        assert asked == [], "nothing changed: both answered as before without asking the replicas"
+        assert all(same(answer, before) for answer, before in zip(again, first, strict=True))
+        append(leaders["right"], 5, 3)
+        changed = opened.fetch_many(at_ends, TIMEOUT_S)
+        assert asked == [("right", 5)], "a partition that changed is asked again at once"
+        assert isinstance(changed[1], ReplicaFetch) and changed[1].records and changed[1].log_end_offset == 10
+        asked.clear()
+        opened.fetch_many(shared(fetch("left", 10), fetch("right", 10)), TIMEOUT_S)
+        assert set(asked) == {("right", 10)}, "a follower asking from a new offset is asked for (again if that moved)"
+        time.sleep(0.6)
+        asked.clear()
+        opened.fetch_many(shared(fetch("left", 10), fetch("right", 10)), TIMEOUT_S)
+        assert set(asked) == {("left", 10), ("right", 10)}, "each is asked again once UNCHANGED_REUSE_S passed"
+    finally:
+        opened.close()
