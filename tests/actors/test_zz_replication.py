@@ -1262,19 +1262,21 @@ def test_a_kafka_client_writes_through_a_failover_without_losing_or_repeating(no
 
 def test_a_node_lost_for_good_has_its_replicas_recreated_on_a_node_that_joins(nodes: Nodes, tmp_path: Path) -> None:
     """Self-healing: the worker the failover test removed stays gone. Once `raybroker.balancer.node.loss.grace.ms`
-    has passed, a node that joins with empty disks (the only broker holding no replica of them) takes the lost
-    node's replica of each partition that has a leader, internal topics included: each is back at its replication
-    factor on running brokers, all in sync, and the new replica holds the leader's records offset for offset. A
-    partition left without a leader (its only replica was on the lost node) has nothing to copy and waits for that
-    node. Last of the module."""
+    has passed, each partition that has a leader, internal topics included, has the lost node's replica re-created
+    on a running broker that held none of it: each is back at its replication factor on running brokers, all in
+    sync, and each new replica holds the leader's records offset for offset. A node that joins with empty disks takes
+    the replica of every partition whose other replicas fill the running brokers (it is the only broker free to
+    take it); a partition with a free running broker before the node joins (the replication factor 2 topic) may heal
+    onto that one, as the grace may pass before the node registers. A partition left without a leader (its only
+    replica was on the lost node) has nothing to copy and waits for that node. Last of the module."""
     running = set(nodes.dirs)
     topics = Admin().list_topics(include_internal=True)
-    lost_replicas = [
-        (topic, partition)
+    lost_replicas = {
+        (topic, partition): state.replicas
         for topic in topics
         for partition, state in states(topic).items()
         if not state.offline and not set(state.replicas) <= running
-    ]
+    }
     assert {("wire-failover", p) for p in range(3)} <= set(lost_replicas)
     joined = nodes.add([tmp_path / "joined-dir0"])
 
@@ -1283,23 +1285,27 @@ def test_a_node_lost_for_good_has_its_replicas_recreated_on_a_node_that_joins(no
         return [
             f"{topic}-{partition}: {list(state.replicas)} isr {list(state.isr)}"
             for (topic, partition), state in now.items()
-            if joined not in state.replicas or state.reassigning or set(state.isr) != set(state.replicas)
+            if not set(state.replicas) <= {*running, joined}
+            or len(state.replicas) != len(lost_replicas[topic, partition])
+            or (running <= set(lost_replicas[topic, partition]) and joined not in state.replicas)
+            or state.reassigning
+            or set(state.isr) != set(state.replicas)
         ]
 
     try:
         wait_until(lambda: not unhealed(), timeout_s=60, what="every partition healed")
     except AssertionError as exc:
         raise AssertionError(f"{exc}: {unhealed()}") from None
-    for topic, partition in lost_replicas:
+    for (topic, partition), before in lost_replicas.items():
         state = states(topic)[partition]
-        assert set(state.replicas) <= {*running, joined}
         end = call(replica_actor(topic, partition, state.leader).offsets.remote())[1]
         records = replica_records(topic, partition, state.leader, end)
-        assert wait_until(
-            lambda t=topic, p=partition, e=end, r=records: replica_records(t, p, joined, e) == r,
-            timeout_s=30,
-            what=f"{topic}-{partition}'s records on the joined node",
-        )
+        for node in set(state.replicas) - set(before):
+            assert wait_until(
+                lambda t=topic, p=partition, n=node, e=end, r=records: replica_records(t, p, n, e) == r,
+                timeout_s=30,
+                what=f"{topic}-{partition}'s records on its new replica on {node}",
+            )
 
 
 def test_a_drained_worker_hands_its_replicas_over_stops_its_broker_and_ray_drains_its_node(
