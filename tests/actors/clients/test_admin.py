@@ -178,7 +178,9 @@ def test_a_leader_replica_gone_before_it_answers_is_described_with_unknown_numbe
 
     admin, _ = admin_and_dirs
     admin.create_topic("gone-leader", 2)
-    offsets = produce("gone-leader", [1_000, 2_000], partition=1)
+    # Timestamps of now: records of 1970 would be past `retention.ms` and deleted at the next retention check.
+    now_ms = time.time_ns() // 1_000_000
+    offsets = produce("gone-leader", [now_ms, now_ms], partition=1)
     before = admin.describe_topic("gone-leader").partitions
     log_manager = get_actor(log_manager_name(before[0].node_id))
     assert call(log_manager.delete_partitions.remote("gone-leader", [0])) == [0]
