@@ -117,12 +117,18 @@ def finished(future: concurrent.futures.Future[Any]) -> Any:
 
 
 async def answer(ref: Any) -> Any:
-    """`call` for an event loop: the value of an actor call, awaited, a failure raising what `call` raises for it."""
+    """`call` for an event loop: the value of an actor call, awaited, a failure raising what `call` raises for it.
+    The failure is translated as it came, never by a `ray.get`: a call that fails once this process has shut Ray
+    down (a listener's call in flight while its test or application stops) must not start or join a Ray cluster
+    again, which Ray's `ray.get` does when Ray is not initialized."""
     try:
         return await ref
+    except (RayTaskError, RayActorError, ActorUnschedulableError, GetTimeoutError, ObjectLostError) as exc:
+        _raise_typed(exc, None)
     except Exception:
-        # The ref is resolved: `call` does not wait, it translates the same failure.
-        return call(ref)
+        if not ray.is_initialized():
+            raise BrokerNotAvailableError("this process disconnected from Ray while the call was under way") from None
+        raise
 
 
 def get_actor(name: str) -> Any:

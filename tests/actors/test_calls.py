@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -126,3 +128,38 @@ def test_an_answer_lost_from_the_object_store_fails_as_an_answer_lost() -> None:
             call(handed, timeout_s=60)
             time.sleep(0.2)
     assert lost.value.retriable
+
+
+def test_an_awaited_call_that_fails_once_ray_is_shut_down_raises_typed_and_connects_to_no_ray() -> None:
+    """A listener's call still in flight when its process shuts Ray down (a test's or an application's stop) fails
+    as a typed error and leaves Ray shut down: translating it with a `ray.get` would start or join a Ray cluster
+    again (Ray's auto-init), which broke the next cluster's teardown in a CI run. In a fresh interpreter with a Ray
+    of its own, as it shuts Ray down."""
+    script = (
+        "import asyncio\n"
+        "import ray\n"
+        "from actors.calls import answer\n"
+        "ray.init(address='local', num_cpus=1, include_dashboard=False, log_to_driver=False)\n"
+        "@ray.remote\n"
+        "class Failing:\n"
+        "    def fail(self):\n"
+        "        raise ValueError('refused')\n"
+        "ref = Failing.remote().fail.remote()\n"
+        "ray.wait([ref])\n"
+        "ray.shutdown()\n"
+        "try:\n"
+        "    asyncio.run(answer(ref))\n"
+        "except Exception as exc:\n"
+        "    print(type(exc).__name__)\n"
+        "print(ray.is_initialized())\n"
+        "ray.shutdown()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.stdout.split() == ["BrokerNotAvailableError", "False"], done.stderr[-2000:]

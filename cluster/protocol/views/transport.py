@@ -129,8 +129,9 @@ class RayTransport:
         return self._handle
 
     def _check_connected(self) -> None:
-        """`BrokerNotAvailableError` when there is no handle and no Ray cluster to look the actor up in."""
-        if self._handle is None and not ray.is_initialized():
+        """`BrokerNotAvailableError` when this process is not connected to a Ray cluster (never connected, or shut
+        down since): no call is made, so none can start or join one again."""
+        if not ray.is_initialized():
             raise BrokerNotAvailableError(f"no actor {self._name!r}: this process is not connected to a Ray cluster")
 
     def _looked_up(self, lookup: asyncio.Future[Any]) -> None:
