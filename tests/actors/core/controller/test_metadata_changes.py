@@ -7,12 +7,25 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 
 from actors.core.controller.metadata_changes import MetadataChanges
 from actors.core.controller.topic_metadata import AdvertisedListener
-from tests.actors.core.controller.test_controller import NODES, Cluster, cluster
+from storage.clock import MockClock
+from tests.actors.core.controller.test_controller import NODES, Cluster
 
-__all__ = ["cluster"]
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    running = Cluster(tmp_path, MockClock())
+    running.register(*NODES)
+    try:
+        yield running
+    finally:
+        running.close()
 
 
 def test_a_wait_for_no_known_count_answers_at_once_and_one_without_a_change_after_its_time() -> None:
