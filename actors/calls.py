@@ -40,13 +40,15 @@ from storage.errors import (
 
 # How often `call_when_available` submits its call again while the actor restarts.
 RESTART_POLL_SECONDS = 0.2
+# What a failed `ray.get` or awaited call raises that `_raise_typed` turns into the project's errors.
+_FAILED_CALL = (RayTaskError, RayActorError, ActorUnschedulableError, GetTimeoutError, ObjectLostError)
 
 
 def call(ref: Any, timeout_s: float | None = None) -> Any:
     """`ray.get(ref)`, raising the actor's own typed error rather than Ray's wrapper."""
     try:
         return ray.get(ref, timeout=timeout_s)
-    except (RayTaskError, RayActorError, ActorUnschedulableError, GetTimeoutError, ObjectLostError) as exc:
+    except _FAILED_CALL as exc:
         _raise_typed(exc, timeout_s)
 
 
@@ -77,7 +79,7 @@ def call_when_available(submit: Callable[[], Any], timeout_s: float) -> Any:
             if time.monotonic() + RESTART_POLL_SECONDS >= deadline:
                 _raise_typed(exc, timeout_s)
             time.sleep(RESTART_POLL_SECONDS)
-        except (RayTaskError, RayActorError, ActorUnschedulableError, GetTimeoutError, ObjectLostError) as exc:
+        except _FAILED_CALL as exc:
             _raise_typed(exc, timeout_s)
 
 
@@ -123,7 +125,7 @@ async def answer(ref: Any) -> Any:
     again, which Ray's `ray.get` does when Ray is not initialized."""
     try:
         return await ref
-    except (RayTaskError, RayActorError, ActorUnschedulableError, GetTimeoutError, ObjectLostError) as exc:
+    except _FAILED_CALL as exc:
         _raise_typed(exc, None)
     except Exception:
         if not ray.is_initialized():
