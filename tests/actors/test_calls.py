@@ -133,8 +133,8 @@ def test_an_answer_lost_from_the_object_store_fails_as_an_answer_lost() -> None:
 def test_an_awaited_call_that_fails_once_ray_is_shut_down_raises_typed_and_connects_to_no_ray() -> None:
     """A listener's call still in flight when its process shuts Ray down (a test's or an application's stop) fails
     as a typed error and leaves Ray shut down: translating it with a `ray.get` would start or join a Ray cluster
-    again (Ray's auto-init), which broke the next cluster's teardown in a CI run. In a fresh interpreter with a Ray
-    of its own, as it shuts Ray down."""
+    again (Ray's auto-init), which a cluster's teardown then refuses. In a fresh interpreter with a Ray of its own,
+    as it shuts Ray down."""
     script = (
         "import asyncio\n"
         "import ray\n"
