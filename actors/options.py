@@ -60,6 +60,11 @@ HOSTS_GROUP = "hosts"
 # ... and answers its replicas' replication-quota questions on another, never behind a partition's creation.
 QUOTAS_GROUP = "quotas"
 LOG_MANAGER_CONCURRENCY_GROUPS = {HOSTS_GROUP: 1, QUOTAS_GROUP: 1}
+# The controller answers the Kafka listeners' waits for a metadata change (`Controller.await_metadata_change`: one
+# waiting per listener process, for up to 30 s) on threads of their own, never on its SERVICE_CONCURRENCY threads.
+METADATA_WATCH_GROUP = "metadata-watch"
+METADATA_WATCH_THREADS = 128
+CONTROLLER_CONCURRENCY_GROUPS = {METADATA_WATCH_GROUP: METADATA_WATCH_THREADS}
 
 
 def partition_actor_name(topic: str, partition: int, node_id: str) -> str:

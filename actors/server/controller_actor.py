@@ -53,7 +53,13 @@ from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.metrics.cluster_view import ClusterGaugePublisher
 from actors.metrics.ray_export import exported_metrics
-from actors.options import NAMESPACE, group_coordinator_name, log_manager_name, transaction_coordinator_name
+from actors.options import (
+    METADATA_WATCH_GROUP,
+    NAMESPACE,
+    group_coordinator_name,
+    log_manager_name,
+    transaction_coordinator_name,
+)
 from actors.server.partition_lookup import replica_actor
 from actors.server.transaction_coordinator_actor import start_transaction_coordinator
 from storage.clock import SYSTEM_CLOCK
@@ -247,6 +253,13 @@ class ControllerActor(Controller):
         logger.warning("fenced broker on node %s sent a heartbeat: it registers again", node_id)
         self.register_broker(node_id)
         return True
+
+    # Ray's stubs type a decorated method as Ray's remote method; its signature is the superclass's.
+    @ray.method(concurrency_group=METADATA_WATCH_GROUP)
+    def await_metadata_change(self, known: int | None, max_wait_ms: int) -> int:  # type: ignore[override]
+        """`Controller.await_metadata_change` on the threads of its own group: every Kafka listener keeps one waiting,
+        which must never hold one of the threads the controller's other calls run on."""
+        return super().await_metadata_change(known, max_wait_ms)
 
     def transaction_config(self) -> TransactionConfig:
         """The broker's `transaction.*` settings, for a client that starts the transaction coordinator."""

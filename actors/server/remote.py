@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ray
 
-from actors.options import LOG_MANAGER_CONCURRENCY_GROUPS
+from actors.options import CONTROLLER_CONCURRENCY_GROUPS, LOG_MANAGER_CONCURRENCY_GROUPS
 from actors.server.controller_actor import ControllerActor
 from actors.server.group_coordinator_actor import GroupCoordinatorActor
 from actors.server.log_manager_actor import LogManagerActor
@@ -22,5 +22,7 @@ from actors.server.log_manager_actor import LogManagerActor
 LogManager = ray.remote(concurrency_groups=LOG_MANAGER_CONCURRENCY_GROUPS)(  # type: ignore[call-overload]
     LogManagerActor
 )
-Controller = ray.remote(ControllerActor)
+Controller = ray.remote(concurrency_groups=CONTROLLER_CONCURRENCY_GROUPS)(  # type: ignore[call-overload]
+    ControllerActor
+)
 GroupCoordinator = ray.remote(GroupCoordinatorActor)

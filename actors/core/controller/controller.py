@@ -41,6 +41,8 @@ Which brokers are registered is not persisted: the controller starts with the br
 Neither are the Kafka listeners' advertised addresses (`register_listener`), which each listener announces when
 it starts and every `broker.heartbeat.interval.ms` after (so a controller started again learns them within one
 interval), and withdraws when it stops; Metadata names a node's partitions' leader by them.
+Every change a Metadata answer shows (a record written, a broker or listener come or gone) moves a count the
+listeners' metadata caches watch (`await_metadata_change`, `actors.core.controller.metadata_changes`).
 The ACL version (`acls_version`) is the offset after the last ACL record, so it moves with every ACL change
 and survives a restart: the Kafka listeners poll it and rebuild their authorizer only when it moved.
 Which nodes hold a partition's replicas, which of them leads in which leader epoch and which are in sync is
@@ -98,6 +100,7 @@ from actors.core.controller.dynamic_broker_configs import (
 from actors.core.controller.elections import ElectionError, ElectionType, requested_election
 from actors.core.controller.finalized_features import FEATURE_KEY_PREFIX, FinalizedFeatures
 from actors.core.controller.group_config_store import GROUP_CONFIG_KEY_PREFIX, GroupConfigStore, GroupConfigVersion
+from actors.core.controller.metadata_changes import MetadataChanges
 from actors.core.controller.metadata_replication import MetadataReplication
 from actors.core.controller.node_broker import NodeBroker
 from actors.core.controller.partition_records import (
@@ -193,6 +196,7 @@ class Controller(TopicAdmin, ReplicaMoves, ClusterSettings):
         self._find_broker = find_broker
         self._replicas = replicas
         self._lock = threading.RLock()
+        self._metadata_changes = MetadataChanges()
         self._log = open_metadata_log(metadata_dir, clock)
         self._brokers: dict[str, NodeBroker] = dict(brokers)
         self._replication = MetadataReplication(self._log, node_id, config.metadata_replication_factor, clock)
@@ -296,6 +300,7 @@ class Controller(TopicAdmin, ReplicaMoves, ClusterSettings):
             last_offset = info.last_offset
         self._log.flush()
         self._replication.replicate(first_offset, self._brokers)
+        self._metadata_changes.note()
         return last_offset
 
     def _persist_topic(self, topic: TopicMetadata) -> None:
@@ -315,6 +320,7 @@ class Controller(TopicAdmin, ReplicaMoves, ClusterSettings):
         with self._lock:
             broker = self._find_broker(node_id)
             self._brokers[node_id] = broker
+            self._metadata_changes.note()
             self._lost_at_ms.pop(node_id, None)
             self._draining.discard(node_id)
             self._sessions.beat(node_id)
@@ -516,6 +522,7 @@ class Controller(TopicAdmin, ReplicaMoves, ClusterSettings):
             self._sessions.forget(node_id)
             if self._brokers.pop(node_id, None) is None:
                 return []
+            self._metadata_changes.note()
             self._listeners.pop(node_id, None)
             self._lost_at_ms[node_id] = self._clock.milliseconds()
             self._draining.discard(node_id)
@@ -642,6 +649,7 @@ class Controller(TopicAdmin, ReplicaMoves, ClusterSettings):
             self._draining.discard(node_id)
             self._sessions.forget(node_id)
             self._listeners.pop(node_id, None)
+            self._metadata_changes.note()
 
     def brokers(self) -> list[str]:
         with self._lock:
@@ -659,18 +667,29 @@ class Controller(TopicAdmin, ReplicaMoves, ClusterSettings):
                         f"node.id {listener.broker_id} is already the broker on node {other_node} "
                         f"({other.host}:{other.port}); give each node's broker its own node.id"
                     )
-            self._listeners[node_id] = listener
+            if self._listeners.get(node_id) != listener:
+                self._listeners[node_id] = listener
+                self._metadata_changes.note()
 
     def unregister_listener(self, node_id: str, listener: AdvertisedListener) -> None:
         """A stopping listener withdraws its address, unless another listener of the node announced since."""
         with self._lock:
             if self._listeners.get(node_id) == listener:
                 del self._listeners[node_id]
+                self._metadata_changes.note()
 
     def listeners(self) -> dict[str, AdvertisedListener]:
         """Node id -> its Kafka listener's advertised address, for the nodes whose listener runs."""
         with self._lock:
             return dict(self._listeners)
+
+    def await_metadata_change(self, known: int | None, max_wait_ms: int) -> int:
+        """The count of changes a Metadata answer shows (`actors.core.controller.metadata_changes`) once it is not
+        `known` (at once for None), or `known` after `max_wait_ms` without a change. It returns once the change's
+        own update is over (it takes the lock the change holds), so what a listener asks next shows the change."""
+        self._metadata_changes.after(known, max_wait_ms)
+        with self._lock:
+            return self._metadata_changes.count
 
     def _broker(self, node_id: str) -> NodeBroker:
         broker = self._brokers.get(node_id)
@@ -737,9 +756,11 @@ class Controller(TopicAdmin, ReplicaMoves, ClusterSettings):
         return outcomes
 
     def close(self) -> None:
-        """Closes the metadata log (flushed, with its clean-shutdown marker)."""
+        """Closes the metadata log (flushed, with its clean-shutdown marker); the listeners' waits for a change return,
+        so they stop keeping this controller's answers."""
         with self._lock:
             self._log.close()
+        self._metadata_changes.note()
 
 
 # The most bytes a record of a v2 batch adds beyond its key and value: its length, attributes, timestamp and offset

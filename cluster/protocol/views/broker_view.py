@@ -33,6 +33,7 @@ from actors.core.shares.group_share_config import ResolvedShareConfig
 from actors.core.shares.leader_shares import ShareFetched, ShareOffsets
 from cluster.protocol.file_region import FileRegion
 from cluster.protocol.views.local_log_dirs import LocalLogDir
+from cluster.protocol.views.metadata_cache import MISS, MetadataCache
 from cluster.protocol.views.transport import Transport
 from storage.errors import BrokerNotAvailableError, InvalidReplicaAssignmentError, RaybrokerError, RequestTimedOutError
 from storage.kafka_uuid import ZERO_UUID
@@ -52,9 +53,11 @@ TOPIC_NAMES_MAX_AGE_S = 1.0
 KNOWN_ANSWER_WAIT_S = 5.0
 # The metadata questions a request joins when the same one is in flight already (`BrokerView._metadata`): the
 # cluster's brokers and listeners, which change only when a broker or listener starts or stops, and which every
-# Metadata request asks twice (for its brokers and for its partitions' replicas). Topic questions are asked anew, so
+# Metadata request asks twice (for its brokers and for its partitions' replicas). Topic questions are not joined, so
 # a topic created or changed through this listener is seen by the next request.
 SHARED_QUESTIONS = frozenset({"listeners", "brokers"})
+# The metadata questions whose answers a view with a metadata cache keeps (`cluster.protocol.views.metadata_cache`).
+CACHED_QUESTIONS = frozenset({"topics", "describe_topic", "listeners", "brokers"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,17 +210,22 @@ class PartitionTransport(Protocol):
 
 
 class BrokerView:
-    """The broker as the protocol handlers see it, as the listener of node `node` (see the module docstring)."""
+    """The broker as the protocol handlers see it, as the listener of node `node` (see the module docstring). With
+    `metadata_cache`, the controller's answers to metadata questions are kept while the controller's metadata does
+    not change (`cluster.protocol.views.metadata_cache`), as a Kafka broker answers Metadata from its own cache."""
 
-    def __init__(self, controller: Transport, partitions: PartitionTransport, node: str) -> None:
+    def __init__(
+        self, controller: Transport, partitions: PartitionTransport, node: str, *, metadata_cache: bool = False
+    ) -> None:
         self._controller = controller
+        self._cache = MetadataCache(controller) if metadata_cache else None
         self._partitions = partitions
         self._node = node
         self._cluster_id: str | None = None
         self._topic_names: Mapping[uuid.UUID, str] = {}
         self._topic_names_at = -math.inf
         self._known: dict[tuple[Any, ...], Any] = {}
-        self._asking: dict[str, asyncio.Future[Any]] = {}
+        self._asking: dict[tuple[str, int], asyncio.Future[tuple[Any, bool]]] = {}
 
     async def cluster_id(self) -> str:
         """The cluster's id, as Metadata v2+ reports it."""
@@ -234,9 +242,20 @@ class BrokerView:
         """This listener stops serving at `endpoint`: unregistered, and what its partition transport holds open
         closed."""
         try:
-            await self._controller.call("unregister_listener", self._node, advertised(endpoint))
+            await self._change("unregister_listener", self._node, advertised(endpoint))
         finally:
             self._partitions.close()
+            if self._cache is not None:
+                await self._cache.close()
+
+    async def _change(self, method: str, *args: Any) -> Any:
+        """The controller's `method`, a change of what Metadata shows: the metadata cache, if any, is emptied when it
+        returns, so this listener's next request sees the change."""
+        try:
+            return await self._controller.call(method, *args)
+        finally:
+            if self._cache is not None:
+                self._cache.invalidate()
 
     async def brokers(self) -> list[BrokerEndpoint]:
         """The advertised listener of every node where one runs."""
@@ -252,27 +271,48 @@ class BrokerView:
         listeners of the nodes that keep running serve their partitions while the head is lost. A question never
         answered yet waits for the controller and raises its error, and so does a question the controller answers
         with an error (the last answer is then forgotten). A question of `SHARED_QUESTIONS` joins the same question's
-        call in flight, if any: one call answers them all."""
+        call in flight, if any: one call answers them all. With a metadata cache, a question of `CACHED_QUESTIONS`
+        is answered from it when it holds the answer, and an answer the controller gave to this question is kept;
+        a last answer given in the controller's place is not, nor one from a call begun before the cache was last
+        emptied, since either may predate a change the cache has already seen."""
+        if self._cache is None or method not in CACHED_QUESTIONS:
+            answer, _given = await self._question(0, method, *args)
+            return answer
+        question = (method, *args)
+        kept = self._cache.get(question)
+        if kept is not MISS:
+            return kept
+        generation = self._cache.generation()
+        answer, given = await self._question(generation, method, *args)
+        if given:
+            self._cache.put(question, answer, generation)
+        return answer
+
+    async def _question(self, generation: int, method: str, *args: Any) -> tuple[Any, bool]:
+        """`_ask`'s answer to `_metadata`'s question, or the answer of the same question in flight since the cache's
+        `generation` (see `_metadata`)."""
         if method not in SHARED_QUESTIONS:
             return await self._ask(method, *args)
-        asking = self._asking.get(method)
+        key = (method, generation)
+        asking = self._asking.get(key)
         if asking is None:
             asking = asyncio.ensure_future(self._ask(method))
-            self._asking[method] = asking
-            asking.add_done_callback(functools.partial(self._asked, method))
+            self._asking[key] = asking
+            asking.add_done_callback(functools.partial(self._asked, key))
         # Shielded: a request cancelled (its connection closed) leaves the call to the others that joined it.
         return await asyncio.shield(asking)
 
-    def _asked(self, method: str, asking: asyncio.Future[Any]) -> None:
+    def _asked(self, key: tuple[str, int], asking: asyncio.Future[tuple[Any, bool]]) -> None:
         """A shared question answered: the next one is asked anew. Its error is taken here too, for when every
         request that joined it was cancelled meanwhile."""
-        if self._asking.get(method) is asking:
-            del self._asking[method]
+        if self._asking.get(key) is asking:
+            del self._asking[key]
         if not asking.cancelled():
             asking.exception()
 
-    async def _ask(self, method: str, *args: Any) -> Any:
-        """`_metadata`'s question asked of the controller (see there)."""
+    async def _ask(self, method: str, *args: Any) -> tuple[Any, bool]:
+        """`_metadata`'s question asked of the controller (see there): the answer, and whether the controller gave
+        it (False: the last answer, given in its place)."""
         question = (method, *args)
         known = self._known.get(question)
         try:
@@ -281,17 +321,17 @@ class BrokerView:
             else:
                 answer = await asyncio.wait_for(self._controller.call(method, *args), KNOWN_ANSWER_WAIT_S)
         except TimeoutError:
-            return known
+            return known, False
         except (BrokerNotAvailableError, RequestTimedOutError):
             if known is None:
                 raise
-            return known
+            return known, False
         except RaybrokerError:
             # Answered (a topic deleted since): the last answer no longer holds.
             self._known.pop(question, None)
             raise
         self._known[question] = answer
-        return answer
+        return answer, True
 
     async def topics(self) -> dict[str, TopicInfo]:
         """Every topic, internal ones included."""
@@ -337,7 +377,7 @@ class BrokerView:
         could. `TopicExistsError`, `InvalidTopicError`, `InvalidConfigError`, `InvalidPartitionsError`,
         `InvalidReplicationFactorError` (below 1 or above the running brokers), `InvalidReplicaAssignmentError`."""
         nodes = None if assignment is None else await self._assigned_nodes(assignment)
-        created = await self._controller.call(
+        created = await self._change(
             "create_topic", name, partition_count, dict(config or {}), validate_only, replication_factor, nodes
         )
         return topic_info(created, *await self._cluster())
@@ -353,7 +393,7 @@ class BrokerView:
 
     async def delete_topic(self, name: str) -> None:
         """Deletes a topic; `UnknownTopicOrPartitionError` if there is none of that name."""
-        await self._controller.call("delete_topic", name)
+        await self._change("delete_topic", name)
         self._partitions.forget_topic(name)
         self._topic_names_at = -math.inf
 
@@ -367,7 +407,7 @@ class BrokerView:
         if assignment is not None:
             await self._controller.call("describe_topic", name)  # an unknown topic is refused first, as in Kafka
             nodes = await self._assigned_nodes(assignment)
-        grown = await self._controller.call("add_partitions", name, total, validate_only, nodes)
+        grown = await self._change("add_partitions", name, total, validate_only, nodes)
         return topic_info(grown, *await self._cluster())
 
     async def topic_config(self, name: str) -> dict[str, str]:
@@ -377,7 +417,7 @@ class BrokerView:
 
     async def set_topic_config(self, name: str, config: Mapping[str, str], validate_only: bool = False) -> None:
         """Replaces a topic's config overrides with `config` (or only checks them); `InvalidConfigError`."""
-        await self._controller.call("set_topic_config", name, dict(config), validate_only)
+        await self._change("set_topic_config", name, dict(config), validate_only)
 
     async def broker_configs(self, broker: str) -> tuple[dict[str, str], dict[str, str]]:
         """The run-time configs of broker `broker`'s own level and of every broker's level."""
@@ -411,7 +451,7 @@ class BrokerView:
     ) -> dict[tuple[str, int], ElectionError]:
         """Kafka's ElectLeaders: each partition's outcome (`Controller.elect_leaders`; None: every partition)."""
         wanted = None if partitions is None else list(partitions)
-        return await self._controller.call("elect_leaders", election_type, wanted)
+        return await self._change("elect_leaders", election_type, wanted)
 
     async def alter_partition_reassignments(
         self, requests: Mapping[tuple[str, int], tuple[int, ...] | None], allow_replication_factor_change: bool = True
@@ -429,7 +469,7 @@ class BrokerView:
             except InvalidReplicaAssignmentError as exc:
                 refused[key] = exc
         answered: dict[tuple[str, int], RaybrokerError | None] = (
-            await self._controller.call("alter_partition_reassignments", translated, allow_replication_factor_change)
+            await self._change("alter_partition_reassignments", translated, allow_replication_factor_change)
             if translated
             else {}
         )

@@ -99,11 +99,12 @@ def statistics() -> LocalViewStatistics:
 
 class RayBrokerView(BrokerView):
     """The broker of the Ray cluster this process is connected to, as the protocol handlers see it: the controller
-    actor, and the partitions through `RayPartitions`."""
+    actor, whose metadata answers it keeps while they hold (`cluster.protocol.views.metadata_cache`), and the
+    partitions through `RayPartitions`."""
 
     def __init__(self) -> None:
         node = this_node_id()
-        super().__init__(RayTransport(CONTROLLER_NAME), RayPartitions(node), node)
+        super().__init__(RayTransport(CONTROLLER_NAME), RayPartitions(node), node, metadata_cache=True)
 
 
 class RayPartitions:
