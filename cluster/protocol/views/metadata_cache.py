@@ -95,14 +95,17 @@ class MetadataCache:
         self.invalidate()
 
     async def _follow_changes(self) -> None:
+        """Keeps one wait for a change in place until `close`. The wait is bounded with `asyncio.timeout`, not
+        `asyncio.wait_for`: Python 3.11's `wait_for`, cancelled in the loop turn its answer arrives, returns the
+        answer and drops the cancellation, and a listener's close meets that turn (its own unregistering moves the
+        count as it closes); the watch would go on waiting and hold the listener's thread. The loop also ends on
+        `_closed`."""
         known: int | None = None
         try:
-            while True:
+            while not self._closed:
                 try:
-                    count = await asyncio.wait_for(
-                        self._controller.call("await_metadata_change", known, WATCH_WAIT_MS),
-                        WATCH_WAIT_MS / 1000 + WATCH_GRACE_S,
-                    )
+                    async with asyncio.timeout(WATCH_WAIT_MS / 1000 + WATCH_GRACE_S):
+                        count = await self._controller.call("await_metadata_change", known, WATCH_WAIT_MS)
                 except (RaybrokerError, TimeoutError) as exc:
                     logger.debug("metadata cache: waiting for the controller's changes failed (%s)", exc)
                 except Exception:

@@ -19,6 +19,7 @@ from actors.core.in_process_broker import InProcessBroker
 from cluster.protocol.views import broker_view
 from cluster.protocol.views.broker_view import BrokerEndpoint, BrokerView, advertised
 from cluster.protocol.views.in_process_broker_view import InProcessPartitions
+from cluster.protocol.views.metadata_cache import MetadataCache
 from cluster.protocol.views.transport import InProcessTransport
 from storage.errors import BrokerNotAvailableError
 from tests.cluster.protocol.helpers import run
@@ -228,3 +229,43 @@ def test_a_shared_question_asked_after_a_change_never_takes_the_answer_of_a_call
         assert await view.brokers() == [endpoint]
 
     run(scenario())
+
+
+class HeldWaits:
+    """A controller whose waits for a change are futures the test answers (`answer_wait`), and that answers nothing
+    else."""
+
+    def __init__(self) -> None:
+        self.waits: list[asyncio.Future[int]] = []
+
+    async def call(self, method: str, *args: object) -> object:
+        assert method == "await_metadata_change", method
+        wait: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self.waits.append(wait)
+        return await wait
+
+
+def test_a_close_in_the_turn_its_wait_is_answered_stops_the_watch() -> None:
+    controller = HeldWaits()
+    cache = MetadataCache(controller)
+
+    async def scenario() -> None:
+        cache.generation()
+        await until_true(lambda: len(controller.waits) == 1)
+        controller.waits[0].set_result(1)
+        await until_true(lambda: cache.watching)
+        controller.waits[1].set_result(2)
+        # No turn of the loop between the answer and the close: the watch must stop all the same.
+        async with asyncio.timeout(SEEN_WITHIN_S):
+            await cache.close()
+        assert len(controller.waits) == 2
+        assert not cache.watching
+
+    run(scenario())
+
+
+async def until_true(condition: Callable[[], bool]) -> None:
+    async def asynchronous() -> bool:
+        return condition()
+
+    await until(asynchronous, "the condition")
