@@ -330,10 +330,14 @@ def test_a_produce_pipelined_behind_a_waiting_fetch_wakes_it(listener: KafkaList
         produce_id, produced = decode_response(read_frame(sock), load_response_schema(PRODUCE_KEY, 9))
     assert (fetch_id, produce_id) == (1, 2)
     assert produced.responses[0].partition_responses[0].base_offset == end
-    assert [(key, value) for _, key, value, _ in records_of(fetched.responses[0].partitions[0].records)] == [
-        (b"k", b"wake")
-    ]
-    assert waited_s < max_wait_ms / 1000 / 2
+    answered = fetched.responses[0].partitions[0]
+    # What the fetch answered besides its records, so that a failure says which way the wait ended.
+    state = (
+        f"error {answered.error_code}, high watermark {answered.high_watermark} (fetched at {end}), "
+        f"{len(answered.records or b'')} bytes, after {waited_s:.3f} s"
+    )
+    assert [(key, value) for _, key, value, _ in records_of(answered.records)] == [(b"k", b"wake")], state
+    assert waited_s < max_wait_ms / 1000 / 2, state
 
 
 def test_large_fetches_are_sent_from_the_segment_files_byte_for_byte(listener: KafkaListener) -> None:
