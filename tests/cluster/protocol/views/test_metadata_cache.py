@@ -87,14 +87,19 @@ async def answered_from_cache(view: BrokerView, controller: WatchedController, t
     return controller.calls["describe_topic"] == before
 
 
+async def kept_topic(view: BrokerView, controller: WatchedController, partitions: int) -> None:
+    """Creates topic "t" with `partitions` through `view`, and returns once the view answers it from its cache."""
+    await view.create_topic("t", partitions)
+    await until(lambda: answered_from_cache(view, controller, "t"), "an answer from the cache")
+
+
 def test_answers_are_kept_until_the_controller_changes_and_a_change_elsewhere_is_seen(
     broker: InProcessBroker,
 ) -> None:
     view, controller = cached_view(broker)
 
     async def scenario() -> None:
-        await view.create_topic("t", 2)
-        await until(lambda: answered_from_cache(view, controller, "t"), "an answer from the cache")
+        await kept_topic(view, controller, 2)
         asked = Counter(controller.calls)
         assert (await view.topic("t")).partition_count == 2
         assert await view.brokers() == await view.brokers()
@@ -119,8 +124,7 @@ def test_the_listeners_own_change_is_seen_by_its_next_request(broker: InProcessB
     view, controller = cached_view(broker)
 
     async def scenario() -> None:
-        await view.create_topic("t", 2)
-        await until(lambda: answered_from_cache(view, controller, "t"), "an answer from the cache")
+        await kept_topic(view, controller, 2)
         # The controller's news of the change comes late: only the listener's own emptying can show it at once.
         controller.watch_delay_s = 1.0
         await view.create_partitions("t", 3)
@@ -135,17 +139,11 @@ def test_nothing_is_kept_while_no_wait_for_the_controllers_changes_is_in_place(b
     view, controller = cached_view(broker)
 
     async def scenario() -> None:
-        await view.create_topic("t", 1)
-        await until(lambda: answered_from_cache(view, controller, "t"), "an answer from the cache")
+        await kept_topic(view, controller, 1)
         controller.watch_fails.set()
         # The wait in place returns at this change; the next one fails, and the cache stops keeping answers.
         await asyncio.to_thread(broker.controller.add_partitions, "t", 2)
-        waits_before = controller.calls["await_metadata_change"]
-
-        async def waited_again() -> bool:
-            return controller.calls["await_metadata_change"] > waits_before
-
-        await until(waited_again, "a failed wait")
+        await waited_again(controller, "a failed wait")
         for total in (3, 4):
             await asyncio.to_thread(broker.controller.add_partitions, "t", total)
             assert (await view.topic("t")).partition_count == total
@@ -162,8 +160,7 @@ def test_a_withdrawn_listener_stops_its_wait_and_keeps_nothing(broker: InProcess
     async def scenario() -> None:
         endpoint = BrokerEndpoint(1, "127.0.0.1", 9092)
         await view.announce(endpoint)
-        await view.create_topic("t", 1)
-        await until(lambda: answered_from_cache(view, controller, "t"), "an answer from the cache")
+        await kept_topic(view, controller, 1)
         await view.withdraw(endpoint)
         waits = controller.calls["await_metadata_change"]
         assert not await answered_from_cache(view, controller, "t")
@@ -174,15 +171,15 @@ def test_a_withdrawn_listener_stops_its_wait_and_keeps_nothing(broker: InProcess
     run(scenario())
 
 
-async def waited_again(controller: WatchedController) -> None:
-    """Returns once the view's wait for a change returned and the next one began: a change the controller made
-    before this call has emptied the cache."""
+async def waited_again(controller: WatchedController, what: str = "the wait's return") -> None:
+    """Returns once the view asked the controller for another wait for a change: the wait in place when this was
+    called has returned, so a change the controller made before this call has emptied the cache."""
     before = controller.calls["await_metadata_change"]
 
     async def again() -> bool:
         return controller.calls["await_metadata_change"] > before
 
-    await until(again, "the wait's return")
+    await until(again, what)
 
 
 def test_a_last_answer_given_in_the_silent_controllers_place_is_not_kept(
@@ -192,8 +189,7 @@ def test_a_last_answer_given_in_the_silent_controllers_place_is_not_kept(
     monkeypatch.setattr(broker_view, "KNOWN_ANSWER_WAIT_S", 0.2)
 
     async def scenario() -> None:
-        await view.create_topic("t", 2)
-        await until(lambda: answered_from_cache(view, controller, "t"), "an answer from the cache")
+        await kept_topic(view, controller, 2)
         controller.late_s["describe_topic"] = 1.0
         await asyncio.to_thread(broker.controller.add_partitions, "t", 3)
         await waited_again(controller)
@@ -213,8 +209,7 @@ def test_a_shared_question_asked_after_a_change_never_takes_the_answer_of_a_call
     endpoint = BrokerEndpoint(1, "127.0.0.1", 9092)
 
     async def scenario() -> None:
-        await view.create_topic("t", 1)
-        await until(lambda: answered_from_cache(view, controller, "t"), "an answer from the cache")
+        await kept_topic(view, controller, 1)
         assert await view.brokers() == []
         # Emptied by a change, so that the next question is asked of the controller.
         await asyncio.to_thread(broker.controller.add_partitions, "t", 2)
